@@ -1,0 +1,107 @@
+// Package hostcalls holds the privileged primitives a backend module may use.
+// Each subpackage does one job with a plain Go API that the host and tests call
+// directly (hostcalls/loop, hostcalls/mount, ...), plus a Bindings function
+// that exposes that API to modules as host calls.
+//
+// This package defines what a binding is. A host call never trusts its
+// request: every path is confined to the roots the operator granted the
+// calling module, every name is validated, and nothing runs a shell.
+package hostcalls
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+)
+
+// Func is one host call: an import of the "wasmcsi" host module with the
+// signature abi.HostCallSignature.
+type Func struct {
+	// Name is the import name, "<family>_<verb>", e.g. "dir_create".
+	Name string
+	// Family is the grant that allows the call, e.g. "dir".
+	Family string
+	// Call runs the host call. req is the encoded request; the result is the
+	// encoded response. An error that is an *abi.Error keeps its code; any
+	// other error reaches the module as abi.Internal.
+	Call func(ctx context.Context, env *Env, req []byte) ([]byte, error)
+}
+
+// Env is what a host call knows about its caller.
+type Env struct {
+	// Module is the calling module's name (for logs and ownership tags).
+	Module string
+	// Roots are the filesystem roots the operator granted the module:
+	// pool folders, device paths, allowed portals and name prefixes
+	// depending on the family. Never empty paths; always clean and absolute
+	// for path roots.
+	Roots []string
+	// Log receives the host call's own log lines.
+	Log *slog.Logger
+}
+
+// Message is what abi's generated codec gives every message type.
+type Message interface {
+	AppendWire([]byte) []byte
+	UnmarshalWire([]byte) error
+}
+
+// Typed builds a Func from a typed handler: it decodes the request into a new
+// Req, runs fn and encodes the response. A request that does not decode is
+// answered with abi.InvalidArgument.
+func Typed[Req any, Resp any, PReq interface {
+	*Req
+	Message
+}, PResp interface {
+	*Resp
+	Message
+}](family, name string, fn func(ctx context.Context, env *Env, req PReq) (PResp, error)) Func {
+	return Func{
+		Name:   name,
+		Family: family,
+		Call: func(ctx context.Context, env *Env, raw []byte) ([]byte, error) {
+			req := PReq(new(Req))
+			if err := req.UnmarshalWire(raw); err != nil {
+				return nil, abi.Errorf(abi.InvalidArgument, name+": bad request: "+err.Error())
+			}
+			resp, err := fn(ctx, env, req)
+			if err != nil {
+				return nil, err
+			}
+			if resp == nil {
+				return nil, nil
+			}
+			return resp.AppendWire(nil), nil
+		},
+	}
+}
+
+// Confine returns the absolute, clean form of path if it lies inside one of
+// roots (the root itself included when allowRoot), and a PermissionDenied
+// error otherwise. It is a lexical check: packages that then open the path
+// must also refuse symlinks that leave the root (openat2 RESOLVE_BENEATH or
+// an equivalent), which Confine alone cannot see.
+func Confine(roots []string, path string, allowRoot bool) (string, error) {
+	if path == "" || !filepath.IsAbs(path) {
+		return "", abi.Errorf(abi.InvalidArgument, "path "+quote(path)+" is not absolute")
+	}
+	clean := filepath.Clean(path)
+	for _, r := range roots {
+		r = filepath.Clean(r)
+		if clean == r {
+			if allowRoot {
+				return clean, nil
+			}
+			continue
+		}
+		if strings.HasPrefix(clean, r+string(filepath.Separator)) || r == "/" {
+			return clean, nil
+		}
+	}
+	return "", abi.Errorf(abi.PermissionDenied, "path "+quote(path)+" is outside the granted roots")
+}
+
+func quote(s string) string { return "\"" + s + "\"" }
