@@ -1,0 +1,70 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func TestDefaults(t *testing.T) {
+	c, err := Load(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DriverName != "wasmcsi.dev" || c.Role != RoleAll || c.Limits.CallTimeout != 10*time.Second {
+		t.Fatalf("unexpected defaults: %+v", c)
+	}
+	if !filepath.IsAbs(c.SocketPath()) || !strings.HasSuffix(c.SocketPath(), "run/csi.sock") {
+		t.Fatalf("endpoint not absolute: %s", c.Endpoint)
+	}
+	ld, ok := c.Modules["localdir"]
+	if !ok || len(ld.Roots) != 1 || !filepath.IsAbs(ld.Roots[0]) {
+		t.Fatalf("localdir grant: %+v", ld)
+	}
+}
+
+func TestLayers(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(file, []byte("driver_name: from.file\nrole: controller\nlimits:\n  pool_size: 7\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	Flags(fs)
+	if err := fs.Parse([]string{"--config", file, "--role", "node"}); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"WASMCSI_LIMITS__CALL_TIMEOUT=3s", "WASMCSI_DRIVER_NAME=from.env", "CSI_ENDPOINT=unix:///tmp/x/csi.sock"}
+	c, err := Load(fs, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ what, got, want string }{
+		{"driver from env over file", c.DriverName, "from.env"},
+		{"role from flag over file", c.Role, RoleNode},
+		{"endpoint from CSI_ENDPOINT", c.Endpoint, "unix:///tmp/x/csi.sock"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: got %q want %q", tc.what, tc.got, tc.want)
+		}
+	}
+	if c.Limits.PoolSize != 7 || c.Limits.CallTimeout != 3*time.Second {
+		t.Errorf("limits: %+v", c.Limits)
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	for _, env := range [][]string{
+		{"WASMCSI_ROLE=boss"},
+		{"CSI_ENDPOINT=tcp://127.0.0.1:1"},
+		{"WASMCSI_LIMITS__POOL_SIZE=0"},
+	} {
+		if _, err := Load(nil, env); err == nil {
+			t.Errorf("%v: want error", env)
+		}
+	}
+}
