@@ -170,6 +170,7 @@ type CreateSnapshotResponse struct {
 	SizeBytes  int64             `wire:"2"`
 	Context    map[string]string `wire:"3"`
 	ReadyToUse bool              `wire:"4"`
+	Topology   []Topology        `wire:"5"` // where the snapshot can be restored; empty = anywhere the source could be
 }
 
 // DeleteSnapshotRequest deletes a snapshot. A snapshot already gone is success.
@@ -214,15 +215,38 @@ type ControllerUnpublishRequest struct {
 	NodeContext map[string]string `wire:"3"`
 }
 
-// VolumeConditionRequest asks whether a volume is healthy.
-type VolumeConditionRequest struct {
-	Volume VolumeRef `wire:"1"`
+// VolumeHealthRequest asks how a volume is. On a node, the paths say where
+// the CO staged or published it (either may be empty).
+type VolumeHealthRequest struct {
+	Volume      VolumeRef `wire:"1"`
+	OnNode      bool      `wire:"2"`
+	StagingPath string    `wire:"3"`
+	PublishPath string    `wire:"4"`
+	Device      string    `wire:"5"` // the staged device, when the node has one
 }
 
-// VolumeConditionResponse answers volume_condition.
-type VolumeConditionResponse struct {
-	Abnormal bool   `wire:"1"`
-	Message  string `wire:"2"`
+// HealthStatus mirrors csi.VolumeHealthErrorType (for volumes) and
+// csi.StorageHealthErrorType (for storage) numerically.
+type HealthStatus int32
+
+const (
+	HealthUnknown      HealthStatus = 0
+	HealthDegraded     HealthStatus = 1 // DEGRADED / STORAGE_DEGRADED
+	HealthInaccessible HealthStatus = 2 // INACCESSIBLE / STORAGE_UNREACHABLE
+	HealthDataLoss     HealthStatus = 3 // DATA_LOSS (volumes only)
+)
+
+// HealthEntry is one adverse condition. Reason is a CamelCase word.
+type HealthEntry struct {
+	Status  HealthStatus `wire:"1"`
+	Reason  string       `wire:"2"`
+	Message string       `wire:"3"`
+}
+
+// HealthResponse answers volume_health and storage_health; no entries
+// means healthy.
+type HealthResponse struct {
+	Entries []HealthEntry `wire:"1"`
 }
 
 // NodeInfoResponse is what a node reports about itself.

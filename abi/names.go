@@ -31,14 +31,15 @@ const (
 	OpGetCapacity         Op = "get_capacity"
 	OpControllerPublish   Op = "controller_publish"
 	OpControllerUnpublish Op = "controller_unpublish"
-	OpVolumeCondition     Op = "volume_condition"
+	OpVolumeHealth        Op = "volume_health"
 
 	// Node.
-	OpNodeInfo     Op = "node_info"
-	OpNodeStage    Op = "node_stage"
-	OpNodeUnstage  Op = "node_unstage"
-	OpNodeExpand   Op = "node_expand"
-	OpSnapshotData Op = "snapshot_data"
+	OpNodeInfo      Op = "node_info"
+	OpNodeStage     Op = "node_stage"
+	OpNodeUnstage   Op = "node_unstage"
+	OpNodeExpand    Op = "node_expand"
+	OpSnapshotData  Op = "snapshot_data"
+	OpStorageHealth Op = "storage_health"
 )
 
 // AllOps lists every operation in a stable order.
@@ -46,8 +47,8 @@ var AllOps = []Op{
 	OpInfo, OpConfigure,
 	OpCreateVolume, OpDeleteVolume, OpExpandVolume, OpCreateSnapshot,
 	OpDeleteSnapshot, OpGetCapacity, OpControllerPublish, OpControllerUnpublish,
-	OpVolumeCondition,
-	OpNodeInfo, OpNodeStage, OpNodeUnstage, OpNodeExpand, OpSnapshotData,
+	OpVolumeHealth,
+	OpNodeInfo, OpNodeStage, OpNodeUnstage, OpNodeExpand, OpSnapshotData, OpStorageHealth,
 }
 
 // Core imports of the "wasmcsi" host module. They need no grant.
