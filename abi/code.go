@@ -102,3 +102,9 @@ func itoa(v uint64) string {
 	}
 	return string(b[i:])
 }
+
+// Message is what the generated codec gives every message type (see CODEC.md).
+type Message interface {
+	AppendWire([]byte) []byte
+	UnmarshalWire([]byte) error
+}

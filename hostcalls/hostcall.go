@@ -44,10 +44,7 @@ type Env struct {
 }
 
 // Message is what abi's generated codec gives every message type.
-type Message interface {
-	AppendWire([]byte) []byte
-	UnmarshalWire([]byte) error
-}
+type Message = abi.Message
 
 // Typed builds a Func from a typed handler: it decodes the request into a new
 // Req, runs fn and encodes the response. A request that does not decode is
