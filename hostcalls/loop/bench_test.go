@@ -1,0 +1,47 @@
+package loop_test
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
+	"github.com/wasmcsi/wasmcsi/hostcalls/loop/looptest"
+)
+
+// BenchmarkAttachDetach measures one Attach + Detach by ioctl.
+func BenchmarkAttachDetach(b *testing.B) {
+	looptest.Require(b)
+	ctx := context.Background()
+	file := looptest.SparseFile(b, 64*mib)
+	for b.Loop() {
+		d, err := loop.Attach(ctx, file, loop.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := loop.Detach(ctx, d.Path); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLosetup measures the same work done by running losetup, for
+// comparison.
+func BenchmarkLosetup(b *testing.B) {
+	looptest.Require(b)
+	if _, err := exec.LookPath("losetup"); err != nil {
+		b.Skip("needs losetup: ", err)
+	}
+	file := looptest.SparseFile(b, 64*mib)
+	for b.Loop() {
+		out, err := exec.Command("losetup", "-f", "--show", file).Output()
+		if err != nil {
+			b.Fatal(err)
+		}
+		dev := strings.TrimSpace(string(out))
+		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
+			b.Fatalf("losetup -d %s: %v: %s", dev, err, out)
+		}
+	}
+}

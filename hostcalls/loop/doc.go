@@ -1,0 +1,34 @@
+// Package loop attaches regular files to Linux loop devices and finds,
+// resizes, lists and detaches them, by ioctl on /dev/loop-control and
+// /dev/loopN and by reading sysfs. It never runs losetup, never formats or
+// mounts anything, never touches a device that is not a loop device, and never
+// sets LO_FLAGS_AUTOCLEAR on a device it attaches: a wasmcsi volume stays
+// attached until Detach, across daemon restarts, and List lets the daemon
+// reconcile what it finds at start-up.
+//
+// # Identity
+//
+// A loop device is matched to its file by the device and inode numbers the
+// kernel reports (LOOP_GET_STATUS64), never by path alone: a backing file may
+// be renamed or deleted while attached, and sysfs then shows a stale path or
+// one with a " (deleted)" suffix. BackingFile carries the path sysfs shows,
+// without that suffix; BackingDeleted says the suffix was real.
+//
+// # Concurrency
+//
+// Attach takes no process-wide lock. Picking a device is the kernel's job:
+// LOOP_CTL_GET_FREE names a free device, LOOP_CONFIGURE binds it atomically
+// and fails with EBUSY when another attacher (this process, another process,
+// or losetup) won the race, in which case Attach asks for another free device.
+// Two attaches of the same file must not yield two devices, so Attach holds
+// an exclusive flock(2) on the backing file, taken on a descriptor of its own
+// (never the one handed to the kernel, which would keep the lock alive for as
+// long as the device exists), from its look-up to the end of the bind. The
+// lock is per file: attaches of different files never wait for each other,
+// and it also covers other processes that use this package.
+//
+// # Requirements
+//
+// Linux 5.8 or later (LOOP_CONFIGURE), CAP_SYS_ADMIN, /dev/loop-control and
+// /dev/loopN nodes (devtmpfs), sysfs at /sys and procfs at /proc.
+package loop

@@ -1,0 +1,154 @@
+package loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+const deletedSuffix = " (deleted)"
+
+// fileID is what identifies a backing file across renames: st_dev + st_ino.
+type fileID struct{ dev, ino uint64 }
+
+func (id fileID) matches(d Device) bool { return d.Dev == id.dev && d.Inode == id.ino }
+
+// List returns every bound loop device, ordered by device number, whoever
+// attached it. The daemon uses it at start-up to reconcile devices with its
+// volume records.
+func List(ctx context.Context) ([]Device, error) {
+	var devs []Device
+	err := walk(ctx, func(d Device) bool {
+		devs = append(devs, d)
+		return false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list loop devices: %w", err)
+	}
+	return devs, nil
+}
+
+// find returns the first bound device that match accepts.
+func find(ctx context.Context, match func(Device) bool) (Device, bool, error) {
+	var found Device
+	var ok bool
+	err := walk(ctx, func(d Device) bool {
+		if match(d) {
+			found, ok = d, true
+		}
+		return ok
+	})
+	return found, ok, err
+}
+
+// walk calls fn for each bound loop device in device-number order until fn
+// returns true. Bound devices are those with a loop/backing_file in sysfs;
+// each is then opened for LOOP_GET_STATUS64, which is where the backing
+// file's identity lives. A device unbound meanwhile is skipped.
+func walk(ctx context.Context, fn func(Device) bool) error {
+	entries, err := os.ReadDir(sysBlock)
+	if err != nil {
+		return err
+	}
+	var nums []int
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), "loop")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(rest)
+		if err != nil || n < 0 {
+			continue
+		}
+		if _, err := os.Stat(sysBlock + "/" + e.Name() + "/loop/backing_file"); err != nil {
+			continue // unbound
+		}
+		nums = append(nums, n)
+	}
+	slices.Sort(nums)
+	for _, n := range nums {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		d, bound, err := readDevice(devPrefix + strconv.Itoa(n))
+		if err != nil {
+			return err
+		}
+		if bound && fn(d) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// readDevice describes the device at path, reporting bound=false when it is not
+// (or no longer) bound or its node is gone.
+func readDevice(path string) (d Device, bound bool, err error) {
+	f, err := os.OpenFile(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENXIO) {
+		return Device{}, false, nil
+	}
+	if err != nil {
+		return Device{}, false, err
+	}
+	defer f.Close()
+	d, err = describe(path, int(f.Fd()))
+	if errors.Is(err, unix.ENXIO) {
+		return Device{}, false, nil
+	}
+	if err != nil {
+		return Device{}, false, fmt.Errorf("%s: %w", path, err)
+	}
+	return d, true, nil
+}
+
+// describe builds the Device for the open loop device fd.
+func describe(path string, fd int) (Device, error) {
+	info, err := unix.IoctlLoopGetStatus64(fd)
+	if err != nil {
+		return Device{}, fmt.Errorf("LOOP_GET_STATUS64: %w", err)
+	}
+	size, err := deviceSize(fd)
+	if err != nil {
+		return Device{}, fmt.Errorf("BLKGETSIZE64: %w", err)
+	}
+	d := Device{
+		Path:      path,
+		Dev:       info.Device,
+		Inode:     info.Inode,
+		SizeBytes: size,
+		DirectIO:  info.Flags&unix.LO_FLAGS_DIRECT_IO != 0,
+		ReadOnly:  info.Flags&unix.LO_FLAGS_READ_ONLY != 0,
+		AutoClear: info.Flags&unix.LO_FLAGS_AUTOCLEAR != 0,
+	}
+	raw, err := os.ReadFile(sysBlock + "/" + strings.TrimPrefix(path, "/dev/") + "/loop/backing_file")
+	if errors.Is(err, os.ErrNotExist) {
+		return Device{}, unix.ENXIO // unbound between the ioctl and now
+	}
+	if err != nil {
+		return Device{}, err
+	}
+	d.BackingFile, d.BackingDeleted = backingPath(strings.TrimSuffix(string(raw), "\n"), fileID{d.Dev, d.Inode})
+	return d, nil
+}
+
+// backingPath splits the " (deleted)" suffix the kernel appends to an
+// unlinked backing file's path. A file whose real name ends in that suffix is
+// told apart by stat-ing the full string and comparing identities.
+func backingPath(shown string, id fileID) (path string, deleted bool) {
+	trimmed, ok := strings.CutSuffix(shown, deletedSuffix)
+	if !ok {
+		return shown, false
+	}
+	var st unix.Stat_t
+	if unix.Stat(shown, &st) == nil && st.Dev == id.dev && st.Ino == id.ino {
+		return shown, false
+	}
+	return trimmed, true
+}
