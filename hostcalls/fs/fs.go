@@ -1,0 +1,391 @@
+package fs
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+)
+
+// The filesystem types Make, Grow and MinimumSize know.
+const (
+	Ext4  = "ext4"
+	XFS   = "xfs"
+	Btrfs = "btrfs"
+)
+
+// MakeOptions are the optional settings of a new filesystem.
+type MakeOptions struct {
+	// Label is the filesystem label: printable UTF-8, at most 16 bytes for
+	// ext4, 12 for xfs and 255 for btrfs. Empty means none.
+	Label string
+	// UUID is the filesystem UUID in canonical 8-4-4-4-12 hex form. Empty
+	// lets the tool pick a random one.
+	UUID string
+}
+
+// kind is what this package knows about one filesystem type.
+type kind struct {
+	maxLabel int
+	// minSize is the smallest device the tool accepts, so that a too small
+	// volume fails with a clear code before any program runs.
+	minSize int64
+	// mkfs returns the program and arguments that make the filesystem.
+	mkfs func(device string, o MakeOptions) []string
+}
+
+func kindOf(fstype string) (kind, error) {
+	switch fstype {
+	case Ext4:
+		return kind{maxLabel: 16, minSize: 1 << 20, mkfs: func(dev string, o MakeOptions) []string {
+			// No discard (a fresh volume is already unmapped; discarding a
+			// loop device punches every hole again), lazy inode-table and
+			// journal init (the kernel finishes them in the background),
+			// and no root-reserved blocks: a volume's capacity is its
+			// user's, as in Kubernetes' own formatter.
+			args := []string{"mkfs.ext4", "-F", "-q", "-m", "0",
+				"-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"}
+			if o.Label != "" {
+				args = append(args, "-L", o.Label)
+			}
+			if o.UUID != "" {
+				args = append(args, "-U", o.UUID)
+			}
+			return append(args, dev)
+		}}, nil
+	case XFS:
+		// xfsprogs 5.19 and later refuse filesystems under 300 MiB.
+		return kind{maxLabel: 12, minSize: 300 << 20, mkfs: func(dev string, o MakeOptions) []string {
+			args := []string{"mkfs.xfs", "-f", "-q", "-K"}
+			if o.Label != "" {
+				args = append(args, "-L", o.Label)
+			}
+			if o.UUID != "" {
+				args = append(args, "-m", "uuid="+o.UUID)
+			}
+			return append(args, dev)
+		}}, nil
+	case Btrfs:
+		// btrfs-progs' minimum for one device with the default profiles.
+		return kind{maxLabel: 255, minSize: 114294784, mkfs: func(dev string, o MakeOptions) []string {
+			args := []string{"mkfs.btrfs", "-f", "-q", "-K"}
+			if o.Label != "" {
+				args = append(args, "-L", o.Label)
+			}
+			if o.UUID != "" {
+				args = append(args, "-U", o.UUID)
+			}
+			return append(args, dev)
+		}}, nil
+	}
+	return kind{}, abi.Errorf(abi.InvalidArgument, "unsupported filesystem type "+strconv.Quote(fstype)+
+		" (supported: ext4, xfs, btrfs)")
+}
+
+// MinimumSize returns the smallest device, in bytes, on which Make can put
+// fstype, so that callers can round a requested capacity up.
+func MinimumSize(fstype string) (int64, error) {
+	k, err := kindOf(fstype)
+	if err != nil {
+		return 0, err
+	}
+	return k.minSize, nil
+}
+
+// Probe reports what device holds: a filesystem type ("ext4", "xfs",
+// "LVM2_member", "linux_raid_member", "swap", ...), a partition-table type
+// ("gpt", "dos", ...) when there is no filesystem, or "" when blkid finds no
+// signature at all. Only "" means the device may be formatted. Signatures
+// that contradict each other are an abi.FailedPrecondition error.
+func Probe(ctx context.Context, device string) (string, error) {
+	if err := checkDevice(device); err != nil {
+		return "", fmt.Errorf("probe %s: %w", device, err)
+	}
+	// blkid exits with 2 ("nothing found") also when it cannot read the
+	// device; make sure it can, so that 2 really means blank.
+	if err := checkReadable(device); err != nil {
+		return "", fmt.Errorf("probe %s: %w", device, err)
+	}
+	out, err := run(ctx, "blkid", "-p", "-o", "export", device)
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		switch exit.ExitCode() {
+		case 2: // nothing found
+			return "", nil
+		case 8: // ambivalent low-level probing result
+			return "", fmt.Errorf("probe %s: %w", device, abi.Errorf(abi.FailedPrecondition,
+				"conflicting signatures on the device: "+tail(out)))
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("probe %s: %w", device, err)
+	}
+	var fstype, pttype string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		key, value, _ := strings.Cut(sc.Text(), "=")
+		switch key {
+		case "TYPE":
+			fstype = value
+		case "PTTYPE":
+			pttype = value
+		}
+	}
+	switch {
+	case fstype != "":
+		return fstype, nil
+	case pttype != "":
+		return pttype, nil
+	}
+	// blkid found something it cannot name: never call that blank.
+	return "unknown", nil
+}
+
+// Make creates a filesystem of type fstype on device. It refuses with
+// abi.FailedPrecondition when Probe finds anything on the device, with
+// abi.InvalidArgument for an unknown type or bad options, and with
+// abi.OutOfRange when the device is smaller than MinimumSize.
+func Make(ctx context.Context, device, fstype string, opts MakeOptions) error {
+	k, err := kindOf(fstype)
+	if err != nil {
+		return fmt.Errorf("make %s on %s: %w", fstype, device, err)
+	}
+	if err := checkOptions(k, opts); err != nil {
+		return fmt.Errorf("make %s on %s: %w", fstype, device, err)
+	}
+	size, err := DeviceSize(ctx, device)
+	if err != nil {
+		return fmt.Errorf("make %s: %w", fstype, err)
+	}
+	if size < k.minSize {
+		return fmt.Errorf("make %s on %s: %w", fstype, device, abi.Errorf(abi.OutOfRange,
+			"device has "+strconv.FormatInt(size, 10)+" bytes, "+fstype+" needs at least "+
+				strconv.FormatInt(k.minSize, 10)))
+	}
+	found, err := Probe(ctx, device)
+	if err != nil {
+		return fmt.Errorf("make %s: %w", fstype, err)
+	}
+	if found != "" {
+		return fmt.Errorf("make %s on %s: %w", fstype, device, abi.Errorf(abi.FailedPrecondition,
+			"device already holds "+found+"; refusing to format it"))
+	}
+	args := k.mkfs(device, opts)
+	if _, err := run(ctx, args[0], args[1:]...); err != nil {
+		return fmt.Errorf("make %s on %s: %w", fstype, device, err)
+	}
+	return nil
+}
+
+// Grow grows the filesystem of type fstype on device to fill the device. xfs
+// and btrfs grow only while mounted, by the path they are mounted on
+// (xfs_growfs -d, btrfs filesystem resize max). ext4 grows by device with
+// resize2fs: online while mounted (the kernel then needs CAP_SYS_RESOURCE),
+// or offline when mountPath is "", after the forced preen check resize2fs
+// demands (e2fsck -f -p, which refuses a mounted filesystem). The device
+// must already have its new size (see loop.Resize).
+func Grow(ctx context.Context, device, mountPath, fstype string) error {
+	if _, err := kindOf(fstype); err != nil {
+		return fmt.Errorf("grow %s: %w", device, err)
+	}
+	var args []string
+	switch fstype {
+	case Ext4:
+		if err := checkDevice(device); err != nil {
+			return fmt.Errorf("grow %s: %w", device, err)
+		}
+		if mountPath == "" {
+			if err := preen(ctx, device); err != nil {
+				return fmt.Errorf("grow %s %s offline: %w", fstype, device, err)
+			}
+		} else if err := checkMountPath(mountPath); err != nil {
+			return fmt.Errorf("grow %s: %w", device, err)
+		}
+		args = []string{"resize2fs", device}
+	case XFS, Btrfs:
+		if err := checkMountPath(mountPath); err != nil {
+			return fmt.Errorf("grow %s: %w", device, err)
+		}
+		if fstype == XFS {
+			args = []string{"xfs_growfs", "-d", mountPath}
+		} else {
+			args = []string{"btrfs", "filesystem", "resize", "max", mountPath}
+		}
+	}
+	if _, err := run(ctx, args[0], args[1:]...); err != nil {
+		return fmt.Errorf("grow %s %s: %w", fstype, device, err)
+	}
+	return nil
+}
+
+// preen runs the forced, automatic-repair-only check of an unmounted ext4
+// filesystem. Exit status 1 means it fixed something safe; anything above
+// needs a human.
+func preen(ctx context.Context, device string) error {
+	_, err := run(ctx, "e2fsck", "-f", "-p", device)
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 1 {
+		return nil
+	}
+	return err
+}
+
+func checkOptions(k kind, o MakeOptions) error {
+	if len(o.Label) > k.maxLabel {
+		return abi.Errorf(abi.InvalidArgument, "label longer than "+strconv.Itoa(k.maxLabel)+" bytes")
+	}
+	if !utf8.ValidString(o.Label) || strings.IndexFunc(o.Label, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return abi.Errorf(abi.InvalidArgument, "label "+strconv.Quote(o.Label)+" is not printable UTF-8")
+	}
+	if o.UUID != "" && !isUUID(o.UUID) {
+		return abi.Errorf(abi.InvalidArgument, "uuid "+strconv.Quote(o.UUID)+" is not in 8-4-4-4-12 hex form")
+	}
+	return nil
+}
+
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range []byte(s) {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// checkDevice accepts an absolute, clean path to an existing block device.
+func checkDevice(device string) error {
+	if !filepath.IsAbs(device) || filepath.Clean(device) != device {
+		return abi.Errorf(abi.InvalidArgument, "device path "+strconv.Quote(device)+" is not absolute and clean")
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(device, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return abi.Errorf(abi.NotFound, "no such device")
+		}
+		return fmt.Errorf("stat: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return abi.Errorf(abi.InvalidArgument, "not a block device")
+	}
+	return nil
+}
+
+// checkReadable reads the first sector of device.
+func checkReadable(device string) error {
+	f, err := os.OpenFile(device, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+			return abi.Errorf(abi.PermissionDenied, err.Error())
+		}
+		return err
+	}
+	defer f.Close()
+	var sector [512]byte
+	if _, err := f.ReadAt(sector[:], 0); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read: %w", err)
+	}
+	return nil
+}
+
+// checkMountPath accepts an absolute, clean path to an existing folder.
+func checkMountPath(path string) error {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return abi.Errorf(abi.InvalidArgument, "mount path "+strconv.Quote(path)+" is not absolute and clean")
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return abi.Errorf(abi.NotFound, "mount path "+strconv.Quote(path)+" does not exist")
+		}
+		return err
+	}
+	if !fi.IsDir() {
+		return abi.Errorf(abi.InvalidArgument, "mount path "+strconv.Quote(path)+" is not a folder")
+	}
+	return nil
+}
+
+// lookTool finds a program in PATH and then in the usual system folders:
+// daemons often start with a PATH that lacks the sbin folders these tools
+// live in.
+func lookTool(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/bin", "/bin"} {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", abi.Errorf(abi.FailedPrecondition, name+" is not installed")
+}
+
+// run runs a tool with a C locale and returns its combined output. A
+// failure's error carries the command and the end of its output.
+func run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	path, err := lookTool(name)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			err = ctxErr
+		}
+		return out, &toolError{cmd: name + " " + strings.Join(args, " "), err: err, out: tail(out)}
+	}
+	return out, nil
+}
+
+// toolError is a failed program run; it unwraps to the *exec.ExitError (or
+// the context's error) so callers can read the exit code.
+type toolError struct {
+	cmd, out string
+	err      error
+}
+
+func (e *toolError) Error() string {
+	if e.out == "" {
+		return e.cmd + ": " + e.err.Error()
+	}
+	return e.cmd + ": " + e.err.Error() + ": " + e.out
+}
+
+func (e *toolError) Unwrap() error { return e.err }
+
+// tail keeps the last KiB of a tool's output on one line.
+func tail(out []byte) string {
+	const max = 1024
+	if len(out) > max {
+		out = out[len(out)-max:]
+	}
+	return strings.Join(strings.Fields(string(out)), " ")
+}
