@@ -257,7 +257,9 @@ func TestProbeFindsPartitionTable(t *testing.T) {
 	}
 }
 
-func putLE32(b []byte, v uint32) { b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24) }
+func putLE32(b []byte, v uint32) {
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+}
 
 func TestMakeRefusesSmallDevice(t *testing.T) {
 	looptest.Require(t)
