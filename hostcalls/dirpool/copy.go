@@ -1,0 +1,386 @@
+package dirpool
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+)
+
+// Copy copies the directory src of the pool to a new directory dst of the
+// pool: the clone or snapshot of a volume. It keeps file contents (reflinked
+// where the filesystem can, holes kept otherwise), modes, timestamps,
+// extended attributes the target filesystem accepts, hard links, symlinks as
+// symlinks (never followed), FIFOs and device nodes, and ownership when run
+// as root. dst must not exist (AlreadyExists); on any error, cancellation
+// included, the partial dst is removed. A mount point inside src fails the
+// copy (FailedPrecondition) rather than copying another filesystem.
+//
+// Project IDs are not copied: the copy is charged to the pool root's
+// project until SetQuota gives it one of its own.
+func (p *Pool) Copy(ctx context.Context, src, dst string) error {
+	if err := ValidName(src); err != nil {
+		return err
+	}
+	if err := ValidName(dst); err != nil {
+		return err
+	}
+	if src == dst {
+		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dirpool: copy %q onto itself", src))
+	}
+	if err := ctx.Err(); err != nil {
+		return wrap("copy", src, err)
+	}
+	sfd, err := p.openVolume(src)
+	if err != nil {
+		return wrap("copy", src, err)
+	}
+	defer unix.Close(sfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(sfd, &st); err != nil {
+		return wrap("copy", src, err)
+	}
+	if err := unix.Mkdirat(p.fd, dst, 0o700); err != nil {
+		return wrap("copy", src, fmt.Errorf("to %q: %w", dst, err))
+	}
+	err = p.copyInto(ctx, sfd, dst, &st)
+	if err != nil {
+		if rerr := removeTree(context.Background(), p.fd, dst); rerr != nil {
+			err = fmt.Errorf("%w (and removing the partial copy: %v)", err, rerr)
+		}
+		return wrap("copy", src, fmt.Errorf("to %q: %w", dst, err))
+	}
+	return nil
+}
+
+func (p *Pool) copyInto(ctx context.Context, sfd int, dst string, st *unix.Stat_t) error {
+	dfd, err := p.openVolume(dst)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	c := copier{ctx: ctx, dev: st.Dev, dstRoot: dfd, asRoot: os.Geteuid() == 0}
+	if err := c.dir(sfd, dfd, ""); err != nil {
+		return err
+	}
+	if err := c.attrs(sfd, dfd, st); err != nil {
+		return err
+	}
+	if err := unix.UtimesNanoAt(p.fd, dst, times(st), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("utimens: %w", err)
+	}
+	// One syncfs instead of an fsync per file: the copy is durable, or it
+	// failed and is gone, before the caller records it.
+	if err := unix.Syncfs(dfd); err != nil {
+		return fmt.Errorf("syncfs: %w", err)
+	}
+	return unix.Fsync(p.fd)
+}
+
+type copier struct {
+	ctx     context.Context
+	dev     uint64 // the source filesystem; anything else is a mount
+	dstRoot int
+	asRoot  bool
+	links   map[[2]uint64]string // source (dev, ino) -> first copy, relative to dstRoot
+}
+
+// dir copies the entries of the directory sfd into dfd; rel is dfd's path
+// relative to dstRoot.
+func (c *copier) dir(sfd, dfd int, rel string) error {
+	return eachName(c.ctx, sfd, func(name string) error {
+		var st unix.Stat_t
+		if err := unix.Fstatat(sfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("stat %s: %w", name, err)
+		}
+		if st.Dev != c.dev {
+			return fmt.Errorf("%s: is a mount point: %w", join(rel, name), unix.EBUSY)
+		}
+		var err error
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			err = c.subdir(sfd, dfd, name, rel, &st)
+		case unix.S_IFREG:
+			err = c.file(sfd, dfd, name, rel, &st)
+		case unix.S_IFLNK:
+			err = c.symlink(sfd, dfd, name, &st)
+		default:
+			err = c.node(dfd, name, &st)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", join(rel, name), err)
+		}
+		if err := unix.UtimesNanoAt(dfd, name, times(&st), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("%s: utimens: %w", join(rel, name), err)
+		}
+		return nil
+	})
+}
+
+func (c *copier) subdir(sfd, dfd int, name, rel string, st *unix.Stat_t) error {
+	if err := unix.Mkdirat(dfd, name, 0o700); err != nil {
+		return fmt.Errorf("mkdir: %w", err)
+	}
+	s, err := openBeneath(sfd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if errors.Is(err, unix.EXDEV) {
+		return fmt.Errorf("is a mount point: %w", unix.EBUSY)
+	}
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	defer unix.Close(s)
+	d, err := openBeneath(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return fmt.Errorf("open copy: %w", err)
+	}
+	defer unix.Close(d)
+	if err := c.dir(s, d, join(rel, name)); err != nil {
+		return err
+	}
+	// Attributes last: a read-only mode must not stop the children.
+	return c.attrs(s, d, st)
+}
+
+func (c *copier) file(sfd, dfd int, name, rel string, st *unix.Stat_t) error {
+	key := [2]uint64{st.Dev, st.Ino}
+	if st.Nlink > 1 {
+		if first, ok := c.links[key]; ok {
+			if err := unix.Linkat(c.dstRoot, first, dfd, name, 0); err != nil {
+				return fmt.Errorf("link to %s: %w", first, err)
+			}
+			return nil
+		}
+	}
+	in, err := openBeneath(sfd, name, unix.O_RDONLY|unix.O_NOCTTY, 0)
+	if errors.Is(err, unix.EXDEV) {
+		return fmt.Errorf("is a mount point: %w", unix.EBUSY)
+	}
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	defer unix.Close(in)
+	out, err := openBeneath(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOCTTY, 0o600)
+	if err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	defer unix.Close(out)
+	if err := copyData(c.ctx, in, out, st.Size); err != nil {
+		return err
+	}
+	if err := c.attrs(in, out, st); err != nil {
+		return err
+	}
+	if st.Nlink > 1 {
+		if c.links == nil {
+			c.links = make(map[[2]uint64]string)
+		}
+		c.links[key] = join(rel, name)
+	}
+	return nil
+}
+
+func (c *copier) symlink(sfd, dfd int, name string, st *unix.Stat_t) error {
+	buf := make([]byte, st.Size+1)
+	for {
+		n, err := unix.Readlinkat(sfd, name, buf)
+		if err != nil {
+			return fmt.Errorf("readlink: %w", err)
+		}
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf)) // the link changed meanwhile
+	}
+	if err := unix.Symlinkat(string(buf), dfd, name); err != nil {
+		return fmt.Errorf("symlink: %w", err)
+	}
+	if c.asRoot {
+		if err := unix.Fchownat(dfd, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("lchown: %w", err)
+		}
+	}
+	return nil
+}
+
+// node recreates a FIFO, socket or device node. Device nodes need root.
+func (c *copier) node(dfd int, name string, st *unix.Stat_t) error {
+	if err := unix.Mknodat(dfd, name, st.Mode, int(st.Rdev)); err != nil {
+		return fmt.Errorf("mknod: %w", err)
+	}
+	if c.asRoot {
+		if err := unix.Fchownat(dfd, name, int(st.Uid), int(st.Gid), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
+	}
+	if err := unix.Fchmodat(dfd, name, st.Mode&0o7777, 0); err != nil {
+		return fmt.Errorf("chmod: %w", err)
+	}
+	return nil
+}
+
+// attrs copies ownership (as root), extended attributes and mode from the
+// open source to the open copy, in the order that keeps them: chown clears
+// set-ID bits and file capabilities, so it comes first.
+func (c *copier) attrs(in, out int, st *unix.Stat_t) error {
+	if c.asRoot {
+		if err := unix.Fchown(out, int(st.Uid), int(st.Gid)); err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
+	}
+	if err := copyXattrs(in, out); err != nil {
+		return err
+	}
+	if err := unix.Fchmod(out, st.Mode&0o7777); err != nil {
+		return fmt.Errorf("chmod: %w", err)
+	}
+	return nil
+}
+
+// copyXattrs copies the extended attributes (ACLs included) of in to out.
+// Namespaces the target refuses (ENOTSUP, or EPERM for trusted.* without
+// privilege) are skipped: they cannot be kept on that filesystem at all.
+func copyXattrs(in, out int) error {
+	size, err := unix.Flistxattr(in, nil)
+	if errors.Is(err, unix.ENOTSUP) || size == 0 {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("listxattr: %w", err)
+	}
+	list := make([]byte, size)
+	if size, err = unix.Flistxattr(in, list); err != nil {
+		return fmt.Errorf("listxattr: %w", err)
+	}
+	for _, attr := range bytes.Split(list[:size], []byte{0}) {
+		if len(attr) == 0 {
+			continue
+		}
+		name := string(attr)
+		n, err := unix.Fgetxattr(in, name, nil)
+		if errors.Is(err, unix.ENODATA) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("getxattr %s: %w", name, err)
+		}
+		val := make([]byte, n)
+		if n, err = unix.Fgetxattr(in, name, val); err != nil {
+			return fmt.Errorf("getxattr %s: %w", name, err)
+		}
+		err = unix.Fsetxattr(out, name, val[:n], 0)
+		if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EPERM) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("setxattr %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// copyData copies size bytes from in to out: a reflink (FICLONE) where the
+// filesystem shares extents, else the data extents one by one with
+// copy_file_range, leaving holes as holes.
+func copyData(ctx context.Context, in, out int, size int64) error {
+	if size == 0 {
+		return nil
+	}
+	if err := unix.IoctlFileClone(out, in); err == nil {
+		return nil
+	}
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(in, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole is left
+		}
+		hole := size
+		if err != nil {
+			data = off // no SEEK_DATA: treat the rest as data
+		} else if h, err := unix.Seek(in, data, unix.SEEK_HOLE); err == nil {
+			hole = min(h, size)
+		}
+		if data >= hole {
+			break
+		}
+		if err := copyRange(ctx, in, out, data, hole-data); err != nil {
+			return err
+		}
+		off = hole
+	}
+	if err := unix.Ftruncate(out, size); err != nil {
+		return fmt.Errorf("truncate: %w", err)
+	}
+	return nil
+}
+
+func copyRange(ctx context.Context, in, out int, off, n int64) error {
+	roff, woff := off, off
+	for n > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		m, err := unix.CopyFileRange(in, &roff, out, &woff, int(min(n, 1<<30)), 0)
+		switch {
+		case err == nil && m == 0:
+			return nil // the source shrank
+		case err == nil:
+			n -= int64(m)
+		case errors.Is(err, unix.EINTR):
+		case errors.Is(err, unix.EXDEV), errors.Is(err, unix.EINVAL),
+			errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EOPNOTSUPP):
+			return copyByBuffer(ctx, in, out, roff, n)
+		default:
+			return fmt.Errorf("copy_file_range: %w", err)
+		}
+	}
+	return nil
+}
+
+func copyByBuffer(ctx context.Context, in, out int, off, n int64) error {
+	buf := make([]byte, 1<<20)
+	for n > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r, err := unix.Pread(in, buf[:min(n, int64(len(buf)))], off)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		if r == 0 {
+			return nil
+		}
+		for w := 0; w < r; {
+			k, err := unix.Pwrite(out, buf[w:r], off+int64(w))
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("write: %w", err)
+			}
+			w += k
+		}
+		off += int64(r)
+		n -= int64(r)
+	}
+	return nil
+}
+
+func times(st *unix.Stat_t) []unix.Timespec {
+	return []unix.Timespec{st.Atim, st.Mtim}
+}
+
+func join(rel, name string) string {
+	if rel == "" {
+		return name
+	}
+	return rel + "/" + name
+}
