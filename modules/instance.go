@@ -1,0 +1,234 @@
+package modules
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
+)
+
+// maxLogLine bounds one line a guest logs through the log import.
+const maxLogLine = 16 << 10
+
+// instance is one initialized guest instance. It serves one call at a time;
+// the fields below mod are that call's state, which host functions reach
+// through the call's context (callKey).
+type instance struct {
+	m     *Module
+	mod   api.Module
+	fns   map[abi.Op]api.Function
+	stack [1]uint64
+
+	op     string // export being called, for logs and errors
+	req    []byte // request of the current call (not owned)
+	resp   []byte // last response_write of the current call
+	result []byte // full result of the last host call
+	fault  error  // set by a host function that failed the call
+
+	stdout, stderr *guestOutput
+}
+
+// callKey carries the running *instance in the context of an export call.
+type callKey struct{}
+
+// newInstance instantiates and initializes one instance of m.
+func (m *Module) newInstance(ctx context.Context) (*instance, error) {
+	inst := &instance{m: m, fns: make(map[abi.Op]api.Function, len(m.ops))}
+	inst.stdout = newGuestOutput(m.log, inst, "stdout", slog.LevelInfo, false)
+	inst.stderr = newGuestOutput(m.log, inst, "stderr", slog.LevelWarn, true)
+	// No FS, network, env or args; wazero's default clocks and random
+	// source are deterministic fakes.
+	cfg := wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions().
+		WithStdout(inst.stdout).
+		WithStderr(inst.stderr)
+	mod, err := m.wrt.InstantiateModule(ctx, m.compiled, cfg)
+	if err != nil {
+		return nil, abi.Errorf(abi.Internal, fmt.Sprintf("module %q: instantiate: %v", m.name, err))
+	}
+	inst.mod = mod
+	for op := range m.ops {
+		inst.fns[op] = mod.ExportedFunction(string(op))
+	}
+	if m.hasInit {
+		if _, err := inst.invoke(ctx, mod.ExportedFunction(abi.ExportInitialize), abi.ExportInitialize, nil); err != nil {
+			_ = mod.Close(context.Background())
+			return nil, err
+		}
+	}
+	if mt := m.rt.metrics; mt != nil {
+		mt.instances.WithLabelValues(m.name).Inc()
+	}
+	return inst, nil
+}
+
+// destroyInstance closes inst; it is never used again.
+func (m *Module) destroyInstance(inst *instance) {
+	inst.stdout.flush()
+	inst.stderr.flush()
+	_ = inst.mod.Close(context.Background())
+	if mt := m.rt.metrics; mt != nil {
+		mt.instances.WithLabelValues(m.name).Dec()
+	}
+}
+
+// invoke calls fn (an export of inst with at most one result) under the
+// module's call timeout and returns its i32 result. An error is an
+// *abi.Error, and inst must then be discarded.
+func (inst *instance) invoke(ctx context.Context, fn api.Function, what string, req []byte) (uint32, error) {
+	inst.op, inst.req, inst.resp, inst.result, inst.fault = what, req, nil, nil, nil
+	inst.stderr.reset()
+	cctx, cancel := context.WithTimeout(ctx, inst.m.limits.CallTimeout)
+	err := fn.CallWithStack(context.WithValue(cctx, callKey{}, inst), inst.stack[:])
+	cancel()
+	inst.req, inst.result = nil, nil
+	inst.stdout.flush()
+	inst.stderr.flush()
+	if err == nil && inst.fault == nil {
+		return uint32(inst.stack[0]), nil
+	}
+	return 0, inst.failure(err)
+}
+
+// failure turns the error of a failed export call into an *abi.Error.
+func (inst *instance) failure(err error) error {
+	m := inst.m
+	var code abi.Code
+	var msg string
+	var exit *sys.ExitError
+	switch {
+	case inst.fault != nil:
+		code, msg = abi.Internal, inst.fault.Error()
+	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded:
+		code, msg = abi.DeadlineExceeded, fmt.Sprintf("deadline exceeded (call timeout %s)", m.limits.CallTimeout)
+	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeContextCanceled:
+		code, msg = abi.Canceled, "canceled"
+	case errors.As(err, &exit):
+		code, msg = abi.Internal, fmt.Sprintf("guest exited with code %d", exit.ExitCode())
+	default:
+		code, msg = abi.Internal, "trap: "+err.Error()
+	}
+	msg = fmt.Sprintf("module %q: %s: %s", m.name, inst.op, msg)
+	if code == abi.Internal {
+		if tail := inst.stderr.tail(); tail != "" {
+			msg += "\nstderr: " + tail
+		}
+	}
+	m.log.Warn("module call failed; instance discarded", "op", inst.op, "code", code, "err", msg)
+	return abi.Errorf(code, msg)
+}
+
+// current returns the instance whose call is running on ctx.
+func current(ctx context.Context) *instance {
+	inst, _ := ctx.Value(callKey{}).(*instance)
+	if inst == nil {
+		panic(errors.New("wasmcsi host function called outside an operation"))
+	}
+	return inst
+}
+
+// trap fails the running call: the guest stops and the instance is discarded.
+func (inst *instance) trap(format string, args ...any) {
+	inst.fault = fmt.Errorf(format, args...)
+	panic(inst.fault)
+}
+
+// copyOut writes data to the guest at buf when it fits in limit, and returns
+// its full length.
+func (inst *instance) copyOut(mod api.Module, what string, buf, limit uint32, data []byte) uint32 {
+	n := uint32(len(data))
+	if n > 0 && n <= limit && !mod.Memory().Write(buf, data) {
+		inst.trap("%s: buffer [%d, +%d) is outside the guest's memory", what, buf, n)
+	}
+	return n
+}
+
+func requestRead(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := current(ctx)
+	stack[0] = api.EncodeU32(inst.copyOut(mod, abi.ImportRequestRead, api.DecodeU32(stack[0]), api.DecodeU32(stack[1]), inst.req))
+}
+
+func resultRead(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := current(ctx)
+	stack[0] = api.EncodeU32(inst.copyOut(mod, abi.ImportResultRead, api.DecodeU32(stack[0]), api.DecodeU32(stack[1]), inst.result))
+}
+
+func responseWrite(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := current(ctx)
+	buf, n := api.DecodeU32(stack[0]), api.DecodeU32(stack[1])
+	b, ok := mod.Memory().Read(buf, n)
+	if !ok {
+		inst.trap("%s: buffer [%d, +%d) is outside the guest's memory", abi.ImportResponseWrite, buf, n)
+	}
+	inst.resp = bytes.Clone(b)
+}
+
+func guestLog(ctx context.Context, mod api.Module, stack []uint64) {
+	inst := current(ctx)
+	level, buf, n := int32(api.DecodeU32(stack[0])), api.DecodeU32(stack[1]), api.DecodeU32(stack[2])
+	b, ok := mod.Memory().Read(buf, n)
+	if !ok {
+		inst.trap("%s: buffer [%d, +%d) is outside the guest's memory", abi.ImportLog, buf, n)
+	}
+	if len(b) > maxLogLine {
+		b = b[:maxLogLine]
+	}
+	inst.m.log.Log(ctx, slog.Level(level), string(bytes.ToValidUTF8(b, []byte("\uFFFD"))), "op", inst.op)
+}
+
+// hostCall adapts f to the host-call signature (req, req_len, out,
+// out_limit) -> code<<32 | result_len.
+func hostCall(f hostcalls.Func) api.GoModuleFunc {
+	return func(ctx context.Context, mod api.Module, stack []uint64) {
+		inst := current(ctx)
+		reqPtr, reqLen := api.DecodeU32(stack[0]), api.DecodeU32(stack[1])
+		out, outLimit := api.DecodeU32(stack[2]), api.DecodeU32(stack[3])
+		view, ok := mod.Memory().Read(reqPtr, reqLen)
+		if !ok {
+			inst.trap("host call %s: request [%d, +%d) is outside the guest's memory", f.Name, reqPtr, reqLen)
+		}
+		res, err := inst.runHostCall(ctx, f, bytes.Clone(view))
+		code := abi.OK
+		if err != nil {
+			var ae *abi.Error
+			switch {
+			case errors.As(err, &ae) && ae.Code != abi.OK && ae.Code.Valid():
+				code = ae.Code
+				if e, direct := err.(*abi.Error); direct {
+					res = []byte(e.Message)
+				} else {
+					res = []byte(err.Error())
+				}
+			default:
+				code, res = abi.Internal, []byte(err.Error())
+				inst.m.log.Warn("host call failed", "op", inst.op, "hostcall", f.Name, "err", err)
+			}
+		}
+		inst.result = res
+		n := inst.copyOut(mod, f.Name, out, outLimit, res)
+		stack[0] = abi.PackResult(code, n)
+	}
+}
+
+// runHostCall runs f and turns a panic into a failure of the whole call: the
+// guest is stopped and its instance discarded, the daemon lives on.
+func (inst *instance) runHostCall(ctx context.Context, f hostcalls.Func, req []byte) (res []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			inst.m.log.Error("host call panicked", "op", inst.op, "hostcall", f.Name, "panic", p, "stack", string(debug.Stack()))
+			inst.fault = fmt.Errorf("host call %s panicked: %v", f.Name, p)
+			panic(inst.fault)
+		}
+	}()
+	return f.Call(ctx, inst.m.env, req)
+}

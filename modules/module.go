@@ -1,0 +1,270 @@
+package modules
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
+)
+
+// Module is one loaded version (one digest) of a backend module. It is safe
+// for concurrent use. After a reload replaced it, calls on it go to the
+// module's current version; after its file was removed, they fail with
+// abi.Unavailable.
+type Module struct {
+	name    string
+	digest  string
+	grant   Grant
+	limits  Limits
+	rt      *Runtime
+	log     *slog.Logger
+	env     *hostcalls.Env
+	ops     map[abi.Op]bool
+	hasInit bool
+
+	wrt       wazero.Runtime
+	compiled  wazero.CompiledModule
+	pool      *pool
+	om        map[abi.Op]opMetrics
+	closeOnce sync.Once
+}
+
+// Name is the module's name: its file name without ".wasm".
+func (m *Module) Name() string { return m.name }
+
+// Digest is the lower-case sha256 hex digest of the module's file.
+func (m *Module) Digest() string { return m.digest }
+
+// Has reports whether the module exports op.
+func (m *Module) Has(op abi.Op) bool { return m.ops[op] }
+
+// Limits are the module's effective limits.
+func (m *Module) Limits() Limits { return m.limits }
+
+// Grant returns a copy of what the operator granted the module.
+func (m *Module) Grant() Grant {
+	return Grant{
+		HostCalls: slices.Clone(m.grant.HostCalls),
+		Roots:     slices.Clone(m.grant.Roots),
+		Config:    maps.Clone(m.grant.Config),
+	}
+}
+
+// Call runs op with the encoded request req on a pooled instance and returns
+// the encoded response. A module's own non-OK answer is an *abi.Error with
+// its code and message, and the instance stays pooled. Every other failure
+// is an *abi.Error too: Unimplemented (op not exported), Unavailable (no free
+// instance in time, or module unloaded), DeadlineExceeded or Canceled (the
+// call's deadline or ctx stopped the guest), Internal (trap, garbage return
+// code, host-call panic, guest exit); after those the instance is discarded.
+// Call does not keep req; the caller owns the returned bytes.
+func (m *Module) Call(ctx context.Context, op abi.Op, req []byte) ([]byte, error) {
+	if !m.ops[op] {
+		return nil, abi.Errorf(abi.Unimplemented, fmt.Sprintf("module %q does not implement %s", m.name, op))
+	}
+	start := time.Now()
+	if err := ctx.Err(); err != nil {
+		err = ctxError(m.name, string(op), err)
+		m.observe(op, start, codeOf(err))
+		return nil, err
+	}
+	inst, err := m.pool.acquire(ctx)
+	if err != nil {
+		if errors.Is(err, errRetired) {
+			if cur, ok := m.rt.Module(m.name); ok && cur != m {
+				return cur.Call(ctx, op, req)
+			}
+			err = abi.Errorf(abi.Unavailable, fmt.Sprintf("module %q is not loaded", m.name))
+		} else if errors.Is(err, errBusy) {
+			err = abi.Errorf(abi.Unavailable, fmt.Sprintf("module %q busy: %v", m.name, err))
+		}
+		m.observe(op, start, codeOf(err))
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		m.pool.release(inst, true)
+		err = ctxError(m.name, string(op), err)
+		m.observe(op, start, codeOf(err))
+		return nil, err
+	}
+	ret, err := inst.invoke(ctx, inst.fns[op], string(op), req)
+	keep := err == nil
+	var resp []byte
+	if err == nil {
+		switch code := abi.Code(ret); {
+		case !code.Valid():
+			keep = false
+			err = abi.Errorf(abi.Internal, fmt.Sprintf("module %q: %s returned garbage code %d", m.name, op, int32(ret)))
+			m.log.Warn("module returned a garbage code; instance discarded", "op", op, "code", int32(ret))
+		case code != abi.OK:
+			err = &abi.Error{Code: code, Message: string(inst.resp)}
+		default:
+			resp = inst.resp
+		}
+	}
+	inst.resp = nil
+	if !keep && m.rt.metrics != nil {
+		m.rt.metrics.discarded.WithLabelValues(m.name).Inc()
+	}
+	m.pool.release(inst, keep)
+	m.observe(op, start, codeOf(err))
+	return resp, err
+}
+
+// codeOf is abi.CodeOf with Internal for errors that carry no code.
+func codeOf(err error) abi.Code {
+	var e *abi.Error
+	if err == nil {
+		return abi.OK
+	}
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return abi.Internal
+}
+
+func ctxError(module, what string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return abi.Errorf(abi.DeadlineExceeded, fmt.Sprintf("module %q: %s: deadline exceeded", module, what))
+	}
+	return abi.Errorf(abi.Canceled, fmt.Sprintf("module %q: %s: canceled", module, what))
+}
+
+// load compiles, checks and warms one module version. It does not publish it.
+func (r *Runtime) load(ctx context.Context, name string, data []byte, digest string) (*Module, error) {
+	start := time.Now()
+	lim := r.limitsFor(name)
+	grant := r.cfg.Grants[name]
+	log := r.log.With("module", name)
+	rc := wazero.NewRuntimeConfig().
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(lim.MemoryPages).
+		WithCompilationCache(r.cache)
+	m := &Module{
+		name:   name,
+		digest: digest,
+		grant:  grant,
+		limits: lim,
+		rt:     r,
+		log:    log,
+		env:    &hostcalls.Env{Module: name, Roots: slices.Clone(grant.Roots), Log: log},
+		wrt:    wazero.NewRuntimeWithConfig(ctx, rc),
+	}
+	fail := func(err error) (*Module, error) {
+		m.closeRuntime()
+		return nil, fmt.Errorf("module %q: %w", name, err)
+	}
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, m.wrt); err != nil {
+		return fail(fmt.Errorf("instantiate WASI: %w", err))
+	}
+	wasi := m.wrt.Module(wasiModule).ExportedFunctionDefinitions()
+	cm, err := m.wrt.CompileModule(ctx, data)
+	if err != nil {
+		return fail(fmt.Errorf("compile: %w", err))
+	}
+	m.compiled = cm
+	compiled := time.Since(start)
+	c := validate(cm, grant, r.cfg.HostCalls, wasi)
+	if len(c.problems) > 0 {
+		return fail(errors.New(strings.Join(c.problems, "; ")))
+	}
+	m.ops, m.hasInit = c.ops, c.hasInit
+	if err := m.instantiateHost(ctx, c.hostCalls); err != nil {
+		return fail(fmt.Errorf("instantiate host module: %w", err))
+	}
+	m.om = r.metrics.forModule(name, c.ops)
+	m.pool = newPool(lim.PoolSize, lim.AcquireTimeout, m.newInstance, m.destroyInstance, func() { r.drained(m) })
+
+	// The eager first instance: a bad module fails here, not on the first volume.
+	inst, err := m.pool.acquire(ctx)
+	if err != nil {
+		m.pool.retire()
+		return nil, fmt.Errorf("module %q: first instance: %w", name, err)
+	}
+	v, err := inst.invoke(ctx, inst.mod.ExportedFunction(abi.ExportABIVersion), abi.ExportABIVersion, nil)
+	if err == nil && int32(v) != abi.Version {
+		err = fmt.Errorf("module %q: %s returned %d, this host speaks ABI version %d", name, abi.ExportABIVersion, int32(v), abi.Version)
+	}
+	m.pool.release(inst, err == nil)
+	if err != nil {
+		m.pool.retire()
+		return nil, err
+	}
+	if r.cfg.OnLoad != nil {
+		if err := r.cfg.OnLoad(ctx, m); err != nil {
+			m.pool.retire()
+			return nil, fmt.Errorf("module %q: %w", name, err)
+		}
+	}
+	ops := make([]string, 0, len(m.ops))
+	for _, op := range abi.AllOps {
+		if m.ops[op] {
+			ops = append(ops, string(op))
+		}
+	}
+	log.Info("module loaded", "digest", digest, "compile", compiled, "ready", time.Since(start),
+		"ops", ops, "pool", lim.PoolSize, "memory_pages", lim.MemoryPages, "call_timeout", lim.CallTimeout)
+	return m, nil
+}
+
+// instantiateHost builds the module's "wasmcsi" host module: the core
+// imports and the granted host calls it imports, nothing else.
+func (m *Module) instantiateHost(ctx context.Context, calls []hostcalls.Func) error {
+	i32, i64 := api.ValueTypeI32, api.ValueTypeI64
+	b := m.wrt.NewHostModuleBuilder(abi.HostModule)
+	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(requestRead), []api.ValueType{i32, i32}, []api.ValueType{i32}).
+		WithParameterNames("buf", "limit").Export(abi.ImportRequestRead)
+	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(responseWrite), []api.ValueType{i32, i32}, nil).
+		WithParameterNames("buf", "len").Export(abi.ImportResponseWrite)
+	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(resultRead), []api.ValueType{i32, i32}, []api.ValueType{i32}).
+		WithParameterNames("buf", "limit").Export(abi.ImportResultRead)
+	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(guestLog), []api.ValueType{i32, i32, i32}, nil).
+		WithParameterNames("level", "buf", "len").Export(abi.ImportLog)
+	for _, f := range calls {
+		b.NewFunctionBuilder().WithGoModuleFunction(hostCall(f), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}).
+			WithParameterNames("req", "req_len", "out", "out_limit").Export(f.Name)
+	}
+	_, err := b.Instantiate(ctx)
+	return err
+}
+
+// closeRuntime frees the module's wazero runtime and compiled code; every
+// instance still open fails its call.
+func (m *Module) closeRuntime() {
+	m.closeOnce.Do(func() {
+		ctx := context.Background()
+		_ = m.wrt.Close(ctx)
+		if m.compiled != nil {
+			_ = m.compiled.Close(ctx)
+		}
+	})
+}
+
+func (m *Module) observe(op abi.Op, start time.Time, code abi.Code) {
+	if m.rt.metrics == nil {
+		return
+	}
+	d := time.Since(start).Seconds()
+	if om, ok := m.om[op]; ok {
+		om.duration.Observe(d)
+		if code == abi.OK {
+			om.ok.Inc()
+			return
+		}
+	} else {
+		m.rt.metrics.duration.WithLabelValues(m.name, string(op)).Observe(d)
+	}
+	m.rt.metrics.calls.WithLabelValues(m.name, string(op), code.String()).Inc()
+}
