@@ -181,8 +181,13 @@ func (c *Config) normalize() error {
 	}
 	for name, m := range c.Modules {
 		for i, r := range m.Roots {
-			if m.Roots[i], err = abs(r); err != nil {
-				return err
+			// Roots are paths for the dir, file and loop families, but a
+			// device-mapper name prefix or an iSCSI portal for others: only
+			// what looks like a path (contains a slash) is made absolute.
+			if strings.Contains(r, "/") {
+				if m.Roots[i], err = abs(r); err != nil {
+					return err
+				}
 			}
 		}
 		if m.Config == nil {
