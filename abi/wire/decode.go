@@ -22,14 +22,39 @@ import "unicode/utf8"
 // is a broken contract, not an unknown field.
 type Decoder struct {
 	b []byte // the input not yet consumed
+	// s is the same bytes as b, as a string, when the input was small enough
+	// to copy once up front; string fields are then substrings of it and cost
+	// no allocation. Empty otherwise.
+	s string
 }
 
+// shareLimit is the largest input whose strings share one copy. Beyond it
+// each string is copied on its own, so that a small string kept by the
+// caller does not pin a large input.
+const shareLimit = 64 << 10
+
 // NewDecoder returns a Decoder over b. The Decoder never writes to b, and
-// values it returns never alias it except those of Message.
-func NewDecoder(b []byte) Decoder { return Decoder{b: b} }
+// values it returns never alias it: strings of an input up to 64 KiB share
+// one copy of it, larger inputs' strings and all bytes fields are copied
+// each on their own.
+func NewDecoder(b []byte) Decoder {
+	d := Decoder{b: b}
+	if len(b) <= shareLimit {
+		d.s = string(b)
+	}
+	return d
+}
 
 // Done reports whether the input is consumed.
 func (d *Decoder) Done() bool { return len(d.b) == 0 }
+
+// advance consumes n bytes, n <= len(d.b).
+func (d *Decoder) advance(n int) {
+	d.b = d.b[n:]
+	if d.s != "" {
+		d.s = d.s[n:]
+	}
+}
 
 // Next reads the tag of the next field.
 func (d *Decoder) Next() (field int, t Type, err error) {
@@ -61,7 +86,7 @@ func (d *Decoder) varint() (uint64, error) {
 		}
 		v |= uint64(c&0x7f) << (7 * i)
 		if c < 0x80 {
-			d.b = d.b[i+1:]
+			d.advance(i + 1)
 			return v, nil
 		}
 	}
@@ -105,27 +130,32 @@ func (d *Decoder) Uint64(t Type) (uint64, error) {
 	return d.Varint(t)
 }
 
-// Message returns the body of a length-delimited field without copying: a
-// nested message to decode, or the raw bytes of any length-delimited field.
-// The result aliases the Decoder's input.
-func (d *Decoder) Message(t Type) ([]byte, error) {
+// Message returns a Decoder over the body of a length-delimited field: a
+// nested message to decode. It shares the input of d.
+func (d *Decoder) Message(t Type) (Decoder, error) {
 	if t != Bytes {
-		return nil, ErrMismatch
+		return Decoder{}, ErrMismatch
 	}
 	return d.lengthDelimited()
 }
 
-func (d *Decoder) lengthDelimited() ([]byte, error) {
-	n, err := d.varint()
+// lengthDelimited consumes a length and that many bytes, and returns a
+// Decoder over them.
+func (d *Decoder) lengthDelimited() (Decoder, error) {
+	v, err := d.varint()
 	if err != nil {
-		return nil, err
+		return Decoder{}, err
 	}
-	if n > uint64(len(d.b)) {
-		return nil, ErrTruncated
+	if v > uint64(len(d.b)) {
+		return Decoder{}, ErrTruncated
 	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v, nil
+	n := int(v)
+	body := Decoder{b: d.b[:n:n]}
+	if d.s != "" {
+		body.s = d.s[:n]
+	}
+	d.advance(n)
+	return body, nil
 }
 
 // String reads a string field; it must be valid UTF-8, as in proto3.
@@ -134,19 +164,22 @@ func (d *Decoder) String(t Type) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if !utf8.Valid(v) {
+	if !utf8.Valid(v.b) {
 		return "", ErrUTF8
 	}
-	return string(v), nil
+	if v.s != "" {
+		return v.s, nil
+	}
+	return string(v.b), nil
 }
 
 // Bytes reads a bytes field into a new slice; empty reads as nil.
 func (d *Decoder) Bytes(t Type) ([]byte, error) {
 	v, err := d.Message(t)
-	if err != nil || len(v) == 0 {
+	if err != nil || len(v.b) == 0 {
 		return nil, err
 	}
-	return append([]byte(nil), v...), nil
+	return append([]byte(nil), v.b...), nil
 }
 
 // RepeatedString reads one element of a repeated string field onto *dst.
@@ -163,11 +196,10 @@ func (d *Decoder) RepeatedString(t Type, dst *[]string) error {
 // unknown fields inside the entry are skipped; a repeated key keeps the last
 // value, as in protobuf.
 func (d *Decoder) StringMapEntry(t Type, dst *map[string]string) error {
-	body, err := d.Message(t)
+	e, err := d.Message(t)
 	if err != nil {
 		return err
 	}
-	e := NewDecoder(body)
 	var k, v string
 	for !e.Done() {
 		field, ft, err := e.Next()
@@ -205,21 +237,20 @@ func ReadPacked[T Integer](d *Decoder, t Type, dst []T) ([]T, error) {
 		}
 		return append(dst, T(v)), nil
 	case Bytes:
-		body, err := d.lengthDelimited()
+		p, err := d.lengthDelimited()
 		if err != nil {
 			return dst, err
 		}
 		if dst == nil {
 			// Every varint ends in one byte below 0x80: count them to size dst once.
 			n := 0
-			for _, c := range body {
+			for _, c := range p.b {
 				if c < 0x80 {
 					n++
 				}
 			}
 			dst = make([]T, 0, n)
 		}
-		p := NewDecoder(body)
 		for !p.Done() {
 			v, err := p.varint()
 			if err != nil {
@@ -279,6 +310,6 @@ func (d *Decoder) fixed(n int) error {
 	if len(d.b) < n {
 		return ErrTruncated
 	}
-	d.b = d.b[n:]
+	d.advance(n)
 	return nil
 }

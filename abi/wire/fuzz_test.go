@@ -17,8 +17,11 @@ type field struct {
 // walk decodes any well-formed message generically: varints and
 // length-delimited bodies are kept, fixed and group fields are skipped.
 func walk(b []byte) ([]field, error) {
+	return walkDecoder(NewDecoder(b))
+}
+
+func walkDecoder(d Decoder) ([]field, error) {
 	var out []field
-	d := NewDecoder(b)
 	for !d.Done() {
 		num, typ, err := d.Next()
 		if err != nil {
@@ -30,7 +33,7 @@ func walk(b []byte) ([]field, error) {
 			f.value, err = d.Varint(typ)
 		case Bytes:
 			var body []byte
-			body, err = d.Message(typ)
+			body, err = d.Bytes(typ)
 			f.body = string(body)
 		default:
 			err = d.Skip(num, typ)
@@ -97,7 +100,13 @@ func FuzzDecode(f *testing.F) {
 				func(d *Decoder) error { _, err := d.String(Bytes); return err },
 				func(d *Decoder) error { var m map[string]string; return d.StringMapEntry(Bytes, &m) },
 				func(d *Decoder) error { _, err := ReadPacked[int32](d, Bytes, nil); return err },
-				func(d *Decoder) error { _, err := walk([]byte(fl.body)); _, _ = d.Message(Bytes); return err },
+				func(d *Decoder) error {
+					sub, err := d.Message(Bytes)
+					if err == nil {
+						_, err = walkDecoder(sub)
+					}
+					return err
+				},
 			} {
 				d := NewDecoder(enc)
 				d.Next()

@@ -62,18 +62,18 @@ func TestRoundTrip(t *testing.T) {
 			b = AppendString(b, 1, "in")
 			return EndMessage(b, mark)
 		}, []byte{0x52, 0x04, 0x0a, 0x02, 'i', 'n'},
-			func(d *Decoder, t Type) (any, error) { return d.Message(t) }, []byte{0x0a, 0x02, 'i', 'n'}},
+			innerName, "in"},
 		{"nested message over 127 bytes is moved", func(b []byte) []byte {
 			b, mark := BeginMessage(b, 10)
 			b = AppendString(b, 1, long)
 			return EndMessage(b, mark)
 		}, append([]byte{0x52, 0xcb, 0x01, 0x0a, 0xc8, 0x01}, long...),
-			func(d *Decoder, t Type) (any, error) { return d.Message(t) }, append([]byte{0x0a, 0xc8, 0x01}, long...)},
+			innerName, long},
 		{"empty nested message is kept by EndMessage", func(b []byte) []byte {
 			b, mark := BeginMessage(b, 10)
 			return EndMessage(b, mark)
 		}, []byte{0x52, 0x00},
-			func(d *Decoder, t Type) (any, error) { return d.Message(t) }, []byte{}},
+			innerName, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,6 +106,19 @@ func TestRoundTrip(t *testing.T) {
 }
 
 type mode int32
+
+// innerName reads a nested message and returns its field 1 string.
+func innerName(d *Decoder, t Type) (any, error) {
+	sub, err := d.Message(t)
+	if err != nil || sub.Done() {
+		return "", err
+	}
+	_, typ, err := sub.Next()
+	if err != nil {
+		return "", err
+	}
+	return sub.String(typ)
+}
 
 func TestZeroValuesAreOmitted(t *testing.T) {
 	var b []byte
@@ -395,25 +408,36 @@ func TestErrorText(t *testing.T) {
 	}
 }
 
+// TestDecoderDoesNotAliasInput: decoded strings and bytes stay intact when
+// the caller reuses the input buffer, for inputs whose strings share one
+// copy and for larger ones whose strings are copied one by one.
 func TestDecoderDoesNotAliasInput(t *testing.T) {
-	b := AppendBytes(nil, 1, []byte("abc"))
-	b = AppendString(b, 2, "def")
-	d := NewDecoder(b)
-	_, typ, _ := d.Next()
-	raw, err := d.Bytes(typ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, typ, _ = d.Next()
-	s, err := d.String(typ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range b {
-		b[i] = 0
-	}
-	if string(raw) != "abc" || s != "def" {
-		t.Fatalf("decoded values changed with the input: %q %q", raw, s)
+	for _, pad := range []int{1, shareLimit} {
+		b := AppendBytes(nil, 1, []byte("abc"))
+		b = AppendString(b, 2, "def")
+		b = AppendString(b, 3, strings.Repeat("p", pad))
+		d := NewDecoder(b)
+		_, typ, _ := d.Next()
+		raw, err := d.Bytes(typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, typ, _ = d.Next()
+		s, err := d.String(typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, typ, _ = d.Next()
+		p, err := d.String(typ)
+		if err != nil || len(p) != pad || !d.Done() {
+			t.Fatalf("padding: %d bytes, %v, done %v", len(p), err, d.Done())
+		}
+		for i := range b {
+			b[i] = 0
+		}
+		if string(raw) != "abc" || s != "def" || strings.Trim(p, "p") != "" {
+			t.Fatalf("input of %d bytes: decoded values changed with the input: %q %q", len(b), raw, s)
+		}
 	}
 }
 
