@@ -26,8 +26,14 @@ import (
 // inode or block charged to it and no limit set); a taken one moves to the
 // next value, up to maxProbe times. A directory that already carries an ID
 // of its own keeps it, so SetQuota is idempotent and raising a quota keeps
-// the usage. Remove clears the limit of a freed ID, so the inode number's
-// next owner starts clean. Nothing is stored outside the filesystem.
+// the usage. Remove clears the limit of the removed directory's own ID, so
+// the inode number's next owner starts clean. Nothing is stored outside the
+// filesystem.
+//
+// Enforcement: xfs enforces project quotas for everyone and answers ENOSPC;
+// ext4 answers EDQUOT and, like every filesystem on the generic quota code,
+// lets a process with CAP_SYS_RESOURCE exceed hard limits. Workloads
+// normally lack that capability.
 
 type quotaKind int
 
@@ -437,17 +443,11 @@ func (p *Pool) setLimit(proj uint32, bytes int64) error {
 	return p.unsupported("set quota")
 }
 
-// releaseProject clears the limit of proj once nothing is charged to it
-// any more.
+// releaseProject clears the limits of proj, the own project of a directory
+// just removed. Usage may linger for a moment (xfs frees inodes in the
+// background), so the limit is cleared without waiting for it.
 func (p *Pool) releaseProject(proj uint32) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	u, err := p.getQuota(proj)
-	if err != nil {
-		return err
-	}
-	if u.inodes != 0 || (u.hardBytes == 0 && u.softBytes == 0) {
-		return nil
-	}
 	return p.setLimit(proj, 0)
 }
