@@ -104,9 +104,13 @@ func (m *Mapper) Create(ctx context.Context, name string, table []Target) (strin
 	if err != nil {
 		return "", fmt.Errorf("dm create %s: %w", name, err)
 	}
-	rep, err := m.do(ctx, "create", name, &request{cmd: unix.DM_DEV_CREATE, name: name, eventNr: udevCookie})
+	rep, err := m.ioctl(ctx, &request{cmd: unix.DM_DEV_CREATE, name: name, eventNr: udevCookie})
+	if errors.Is(err, unix.EBUSY) {
+		// The kernel's answer to a name in use.
+		return "", abi.Errorf(abi.AlreadyExists, "dm create "+name+": device exists")
+	}
 	if err != nil {
-		return "", err
+		return "", wrapErr("create", name, err)
 	}
 	dev := rep.Dev
 	_, err = m.do(ctx, "load", name, &request{cmd: unix.DM_TABLE_LOAD, name: name, targetCount: uint32(len(table)), data: data})

@@ -1,0 +1,121 @@
+#!/bin/bash
+# test.sh - run the privileged tests (*_vm_test.go) of the given packages in one VM guest.
+# Usage: bash .ci/vm/test.sh [./pkg/path ...]   (default: every package with a *_vm_test.go file)
+#
+# Each package is built as a static test binary (CGO_ENABLED=0 go test -c),
+# copied with its testdata/ into a guest booted by .ci/vm/run.sh, and run
+# there as root with -test.v and WASMCSI_VM=1, one after another. Each
+# binary's output, exit code and wall time come back to bin/vm-results/
+# (<name>.out, <name>.rc), and a summary is printed. Exit status is non-zero
+# when any binary failed or the guest never reported.
+#
+# Env: VM_FILES      folder whose files (e.g. built .wasm modules) are copied
+#                    into the guest; tests find them at $WASMCSI_MODULE_DIR
+#      VM_TEST_ARGS  extra arguments for every test binary (e.g. -test.run=Thin)
+#      VM_TIMEOUT    time limit for the guest run in seconds (default 1800)
+#      VM_MEM        guest memory in MiB (default 2048, at most 2048)
+#      WASMCSI_VM_CACHE  where run.sh keeps the kernel, image and jobs
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+RESULTS=$ROOT/bin/vm-results
+CACHE=${WASMCSI_VM_CACHE:-/var/tmp/wasmcsi-vm}
+log() { printf '[test-vm] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 2; }
+
+command -v go >/dev/null || die "go is not on PATH"
+PKGS=("$@")
+if [ ${#PKGS[@]} -eq 0 ]; then
+  mapfile -t PKGS < <(find . -name '*_vm_test.go' -not -path './bin/*' -not -path './.git/*' -printf '%h\n' | sort -u)
+fi
+[ ${#PKGS[@]} -gt 0 ] || { log "no package has a *_vm_test.go file; nothing to run"; exit 0; }
+
+mkdir -p "$CACHE/jobs"
+JOB=$(mktemp -d "$CACHE/jobs/test.XXXXXX")
+trap 'rm -rf "$JOB"' EXIT
+STAGE=$JOB/files
+mkdir -p "$STAGE/pkgs" "$RESULTS"
+rm -f "$RESULTS"/*.out "$RESULTS"/*.rc "$RESULTS"/console.log "$RESULTS"/summary.txt
+
+# ------------------------------------------------------------------ build
+NAMES=()
+T_BUILD=$SECONDS
+for pkg in "${PKGS[@]}"; do
+  pkg=./${pkg#./}; pkg=${pkg%/}
+  name=$(printf '%s' "${pkg#./}" | tr '/' '-')
+  [ -n "$name" ] && [ "$name" != . ] || name=root
+  mkdir -p "$STAGE/pkgs/$name"
+  log "building $pkg"
+  CGO_ENABLED=0 go test -c -o "$STAGE/pkgs/$name/$name.test" "$pkg" || die "go test -c $pkg failed"
+  if [ ! -f "$STAGE/pkgs/$name/$name.test" ]; then
+    log "$pkg has no tests; skipped"; rm -rf "${STAGE:?}/pkgs/$name"; continue
+  fi
+  [ -d "$pkg/testdata" ] && cp -a "$pkg/testdata" "$STAGE/pkgs/$name/"
+  NAMES+=("$name")
+done
+[ ${#NAMES[@]} -gt 0 ] || { log "no test binaries; nothing to run"; exit 0; }
+if [ -n "${VM_FILES:-}" ]; then
+  [ -d "$VM_FILES" ] || die "VM_FILES=$VM_FILES is not a folder"
+  mkdir -p "$STAGE/modules"; cp -a "$VM_FILES"/. "$STAGE/modules/"
+fi
+log "built ${#NAMES[@]} test binaries in $((SECONDS - T_BUILD)) s"
+
+# ------------------------------------------------------------------ guest script
+# Runs every binary from its package folder (so testdata/ resolves), with
+# its output on the console and in /job/results.
+cat >"$JOB/guest.sh" <<EOF
+#!/bin/sh
+export WASMCSI_VM=1 GOTRACEBACK=all
+[ -d /job/files/modules ] && export WASMCSI_MODULE_DIR=/job/files/modules
+mkdir -p /job/results
+uptime() { read -r u _ </proc/uptime; echo "\$u"; }
+fails=0
+for dir in /job/files/pkgs/*/; do
+  name=\$(basename "\$dir")
+  echo "=== BINARY \$name"
+  t0=\$(uptime)
+  { cd "\$dir" && ./"\$name.test" -test.v -test.timeout=20m ${VM_TEST_ARGS:-} 2>&1; echo \$? >/tmp/rc.\$name; } | tee "/job/results/\$name.out"
+  rc=\$(cat /tmp/rc.\$name)
+  dt=\$(awk -v a="\$t0" -v b="\$(uptime)" 'BEGIN { printf "%.1f", b - a }')
+  echo "\$rc \$dt" >"/job/results/\$name.rc"
+  echo "=== BINARY \$name exit=\$rc time=\${dt}s"
+  [ "\$rc" = 0 ] || fails=\$((fails + 1))
+done
+exit \$fails
+EOF
+
+# ------------------------------------------------------------------ run
+T_RUN=$(date +%s.%N)
+set +e
+bash "$ROOT/.ci/vm/run.sh" -j "$JOB" -t "${VM_TIMEOUT:-1800}" -m "${VM_MEM:-2048}" --iscsid "$JOB/guest.sh"
+VMRC=$?
+set -e
+WALL=$(awk -v a="$T_RUN" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+cp "$JOB/console.log" "$RESULTS/" 2>/dev/null || true
+cp "$JOB"/results/* "$RESULTS/" 2>/dev/null || true
+
+# ------------------------------------------------------------------ summary
+# count RESULT FILE: how many tests and subtests of a -test.v output ended so.
+count() { if [ -f "$2" ]; then grep -c -- "--- $1: " "$2" || true; else echo 0; fi; }
+FAILED=0
+SUMMARY=$(printf '%-6s %8s  %-28s %s' RESULT TIME BINARY TESTS)
+for name in "${NAMES[@]}"; do
+  out=$RESULTS/$name.out
+  counts="pass $(count PASS "$out"), fail $(count FAIL "$out"), skip $(count SKIP "$out")"
+  if [ -f "$RESULTS/$name.rc" ]; then
+    read -r rc dt <"$RESULTS/$name.rc"
+    if [ "$rc" = 0 ]; then res=PASS; else res=FAIL; FAILED=$((FAILED + 1)); fi
+    SUMMARY+=$'\n'$(printf '%-6s %7ss  %-28s %s' "$res" "$dt" "$name" "$counts")
+  else
+    FAILED=$((FAILED + 1))
+    SUMMARY+=$'\n'$(printf '%-6s %8s  %-28s %s' NONE - "$name" "never reported (guest exit $VMRC)")
+  fi
+done
+SUMMARY+=$'\n'$(printf 'guest wall time %ss (boot + tests), guest exit %d' "$WALL" "$VMRC")
+printf '%s\n' "$SUMMARY" | tee "$RESULTS/summary.txt"
+if [ "$FAILED" -gt 0 ] || [ "$VMRC" != 0 ]; then
+  log "FAILED: $FAILED of ${#NAMES[@]} binaries; outputs in bin/vm-results/"
+  exit 1
+fi
+log "all ${#NAMES[@]} binaries passed; outputs in bin/vm-results/"
