@@ -1,0 +1,169 @@
+package state
+
+import (
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// PutStage records that volume st.VolumeID is staged on this node,
+// replacing any earlier record for it.
+func (s *Store) PutStage(st Stage) error {
+	if err := checkKey("volume ID", st.VolumeID); err != nil {
+		return err
+	}
+	val, err := encodeStage(&st)
+	if err != nil {
+		return fmt.Errorf("put stage %s: %w", st.VolumeID, invalid(err))
+	}
+	err = s.write(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketStages).Put([]byte(st.VolumeID), val)
+	})
+	if err != nil {
+		return fmt.Errorf("put stage %s: %w", st.VolumeID, err)
+	}
+	return nil
+}
+
+// GetStage returns the stage record of a volume, or ErrNotFound.
+func (s *Store) GetStage(volumeID string) (Stage, error) {
+	var st Stage
+	found, err := s.get(bucketStages, []byte(volumeID), func(b []byte) (err error) {
+		if st, err = decodeStage(b); err != nil {
+			return corrupt("stage", volumeID, err)
+		}
+		return nil
+	})
+	if err == nil && !found {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return Stage{}, fmt.Errorf("stage %s: %w", volumeID, err)
+	}
+	return st, nil
+}
+
+// DeleteStage removes the stage record of a volume, or returns ErrNotFound.
+func (s *Store) DeleteStage(volumeID string) error {
+	err := s.write(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketStages)
+		if b.Get([]byte(volumeID)) == nil {
+			return refuse(ErrNotFound)
+		}
+		return b.Delete([]byte(volumeID))
+	})
+	if err != nil {
+		return fmt.Errorf("delete stage %s: %w", volumeID, err)
+	}
+	return nil
+}
+
+// ListStages returns up to max stage records (0: all) in volume ID order,
+// starting at startToken, and the token of the next page, "" after the last.
+func (s *Store) ListStages(startToken string, max int) (stages []Stage, next string, err error) {
+	next, err = s.page(listStages, bucketStages, nil, startToken, max, func(_ *bolt.Tx, k, b []byte) error {
+		st, err := decodeStage(b)
+		if err != nil {
+			return corrupt("stage", string(k), err)
+		}
+		stages = append(stages, st)
+		return nil
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("list stages: %w", err)
+	}
+	return stages, next, nil
+}
+
+// PutPublish records that volume p.VolumeID is published at p.TargetPath on
+// this node, replacing any earlier record for that pair.
+func (s *Store) PutPublish(p Publish) error {
+	if err := checkKey("volume ID", p.VolumeID); err != nil {
+		return err
+	}
+	if err := checkKey("target path", p.TargetPath); err != nil {
+		return err
+	}
+	val, err := encodePublish(&p)
+	if err != nil {
+		return fmt.Errorf("put publish %s at %s: %w", p.VolumeID, p.TargetPath, invalid(err))
+	}
+	key := prefixKey(p.VolumeID, p.TargetPath)
+	err = s.write(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketPublishes).Put(key, val)
+	})
+	if err != nil {
+		return fmt.Errorf("put publish %s at %s: %w", p.VolumeID, p.TargetPath, err)
+	}
+	return nil
+}
+
+// GetPublish returns the publish record of a volume at a target path, or
+// ErrNotFound.
+func (s *Store) GetPublish(volumeID, targetPath string) (Publish, error) {
+	var p Publish
+	found, err := s.get(bucketPublishes, prefixKey(volumeID, targetPath), func(b []byte) (err error) {
+		if p, err = decodePublish(b); err != nil {
+			return corrupt("publish", volumeID+" at "+targetPath, err)
+		}
+		return nil
+	})
+	if err == nil && !found {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return Publish{}, fmt.Errorf("publish %s at %s: %w", volumeID, targetPath, err)
+	}
+	return p, nil
+}
+
+// DeletePublish removes the publish record of a volume at a target path, or
+// returns ErrNotFound.
+func (s *Store) DeletePublish(volumeID, targetPath string) error {
+	key := prefixKey(volumeID, targetPath)
+	err := s.write(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketPublishes)
+		if b.Get(key) == nil {
+			return refuse(ErrNotFound)
+		}
+		return b.Delete(key)
+	})
+	if err != nil {
+		return fmt.Errorf("delete publish %s at %s: %w", volumeID, targetPath, err)
+	}
+	return nil
+}
+
+// PublishesOf returns every publish record of a volume, in target path
+// order; NodeUnstageVolume uses it to refuse unstaging a volume still
+// published.
+func (s *Store) PublishesOf(volumeID string) ([]Publish, error) {
+	pubs, _, err := s.listPublishes(prefixKey(volumeID, ""), "", 0)
+	if err != nil {
+		return nil, fmt.Errorf("publishes of %s: %w", volumeID, err)
+	}
+	return pubs, nil
+}
+
+// ListPublishes returns up to max publish records (0: all) in key order
+// (grouped by volume, by target path within a volume), starting at
+// startToken, and the token of the next page, "" after the last.
+func (s *Store) ListPublishes(startToken string, max int) (pubs []Publish, next string, err error) {
+	pubs, next, err = s.listPublishes(nil, startToken, max)
+	if err != nil {
+		return nil, "", fmt.Errorf("list publishes: %w", err)
+	}
+	return pubs, next, nil
+}
+
+func (s *Store) listPublishes(prefix []byte, startToken string, max int) (pubs []Publish, next string, err error) {
+	next, err = s.page(listPublishes, bucketPublishes, prefix, startToken, max, func(_ *bolt.Tx, k, b []byte) error {
+		p, err := decodePublish(b)
+		if err != nil {
+			return corrupt("publish", string(k), err)
+		}
+		pubs = append(pubs, p)
+		return nil
+	})
+	return pubs, next, err
+}

@@ -1,0 +1,97 @@
+package state
+
+import "time"
+
+// Empty and nil maps and slices are the same to the store: a record read back
+// has nil where an empty one was written. Times come back in UTC without a
+// monotonic reading; compare them with time.Time.Equal.
+
+// Volume is a volume the controller created.
+type Volume struct {
+	ID      string // CSI volume ID handed to the CO
+	Name    string // CO-chosen name; unique among volumes (the idempotency key)
+	Backend string // backend module that owns the volume
+	LocalID string // the backend's own name for it
+
+	CapacityBytes int64
+	Parameters    map[string]string // CreateVolume parameters as given
+	Context       map[string]string // volume context returned to the CO
+	Capabilities  []Capability
+
+	SourceSnapshotID string // content source, if any
+	SourceVolumeID   string
+
+	Topology  []map[string]string // accessible topology segments
+	CreatedAt time.Time
+
+	// Published holds ControllerPublishVolume results by node ID.
+	Published map[string]PublishedNode
+}
+
+// Capability is one CSI VolumeCapability.
+type Capability struct {
+	Block      bool // block access; otherwise mount access
+	FsType     string
+	MountFlags []string
+	AccessMode int32 // csi.VolumeCapability_AccessMode_Mode value
+}
+
+// PublishedNode is the result of publishing a volume to one node.
+type PublishedNode struct {
+	ReadOnly bool
+	Context  map[string]string // publish context returned to the CO
+}
+
+// Snapshot is a snapshot the controller created.
+type Snapshot struct {
+	ID             string
+	Name           string // unique among snapshots
+	Backend        string
+	LocalID        string
+	SourceVolumeID string
+	SizeBytes      int64
+	Context        map[string]string
+	CreatedAt      time.Time
+	ReadyToUse     bool
+	GroupID        string // VolumeGroupSnapshot this snapshot belongs to, if any
+}
+
+// Group is a VolumeGroupSnapshot.
+type Group struct {
+	ID          string
+	Name        string // unique among groups
+	SnapshotIDs []string
+	CreatedAt   time.Time
+}
+
+// Stage is a volume staged on this node (NodeStageVolume), keyed by volume ID.
+type Stage struct {
+	VolumeID    string
+	StagingPath string
+	Backend     string
+	Device      string // block device the volume is attached as, if any
+	Directory   string // backing directory for directory-backed volumes
+	FsType      string
+	MountFlags  []string
+	Block       bool
+	Context     map[string]string
+	AccessMode  int32
+	StagedAt    time.Time
+}
+
+// Publish is a volume published on this node (NodePublishVolume), keyed by
+// volume ID and target path.
+type Publish struct {
+	VolumeID    string
+	TargetPath  string
+	StagingPath string
+	ReadOnly    bool
+	Block       bool
+	MountFlags  []string
+	Backend     string
+	Device      string
+	FsType      string
+	Context     map[string]string
+	AccessMode  int32
+	PublishedAt time.Time
+}

@@ -1,0 +1,177 @@
+package state
+
+import (
+	"fmt"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	bolt "go.etcd.io/bbolt"
+)
+
+const volumeNameField = 2
+
+func checkVolume(v *Volume) error {
+	if err := checkKey("volume ID", v.ID); err != nil {
+		return err
+	}
+	if v.Name != "" {
+		return checkKey("volume name", v.Name)
+	}
+	return nil
+}
+
+// PutVolume creates or replaces the volume v.ID and its name index entry. It
+// fails with ErrNameTaken if v.Name belongs to another volume.
+func (s *Store) PutVolume(v Volume) error {
+	if err := checkVolume(&v); err != nil {
+		return err
+	}
+	val, err := encodeVolume(&v)
+	if err != nil {
+		return fmt.Errorf("put volume %s: %w", v.ID, invalid(err))
+	}
+	err = s.write(func(tx *bolt.Tx) error { return putVolume(tx, &v, val) })
+	if err != nil {
+		return fmt.Errorf("put volume %s: %w", v.ID, err)
+	}
+	return nil
+}
+
+func putVolume(tx *bolt.Tx, v *Volume, val []byte) error {
+	vols := tx.Bucket(bucketVolumes)
+	id := []byte(v.ID)
+	index, err := nameIndex(tx.Bucket(bucketVolumeNames), v.ID, v.Name, vols.Get(id), volumeNameField)
+	if err != nil {
+		return err
+	}
+	if err := index(); err != nil {
+		return err
+	}
+	return vols.Put(id, val)
+}
+
+// UpdateVolume changes the stored volume id in one transaction: it reads the
+// record, calls fn on it and stores the result, returning what was stored.
+// If fn returns an error nothing is written and that error is returned. fn
+// may be called more than once and must depend only on its argument. It may
+// change anything except the ID.
+func (s *Store) UpdateVolume(id string, fn func(v *Volume) error) (Volume, error) {
+	var out Volume
+	err := s.write(func(tx *bolt.Tx) error {
+		old := tx.Bucket(bucketVolumes).Get([]byte(id))
+		if old == nil {
+			return refuse(ErrNotFound)
+		}
+		v, err := decodeVolume(old)
+		if err != nil {
+			return corrupt("volume", id, err)
+		}
+		if err := fn(&v); err != nil {
+			return refuse(err)
+		}
+		if v.ID != id {
+			return refuse(abi.Errorf(abi.InvalidArgument, "update may not change the volume ID"))
+		}
+		if err := checkVolume(&v); err != nil {
+			return refuse(err)
+		}
+		val, err := encodeVolume(&v)
+		if err != nil {
+			return refuse(invalid(err))
+		}
+		if err := putVolume(tx, &v, val); err != nil {
+			return err
+		}
+		out = v
+		return nil
+	})
+	if err != nil {
+		return Volume{}, fmt.Errorf("update volume %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// GetVolume returns the volume with the given ID, or ErrNotFound.
+func (s *Store) GetVolume(id string) (Volume, error) {
+	var v Volume
+	found, err := s.get(bucketVolumes, []byte(id), func(b []byte) (err error) {
+		if v, err = decodeVolume(b); err != nil {
+			return corrupt("volume", id, err)
+		}
+		return nil
+	})
+	if err == nil && !found {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return Volume{}, fmt.Errorf("volume %s: %w", id, err)
+	}
+	return v, nil
+}
+
+// VolumeByName returns the volume with the given name, or ErrNotFound.
+func (s *Store) VolumeByName(name string) (Volume, error) {
+	var v Volume
+	var found bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		id := tx.Bucket(bucketVolumeNames).Get([]byte(name))
+		if id == nil {
+			return nil
+		}
+		b := tx.Bucket(bucketVolumes).Get(id)
+		if b == nil {
+			return corrupt("volume name index", name, fmt.Errorf("names missing volume %s", id))
+		}
+		found = true
+		var err error
+		if v, err = decodeVolume(b); err != nil {
+			return corrupt("volume", string(id), err)
+		}
+		return nil
+	})
+	if err == nil && !found {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return Volume{}, fmt.Errorf("volume named %q: %w", name, err)
+	}
+	return v, nil
+}
+
+// DeleteVolume removes the volume and its name index entry, or returns
+// ErrNotFound (which an idempotent DeleteVolume treats as success). Its
+// snapshots stay.
+func (s *Store) DeleteVolume(id string) error {
+	err := s.write(func(tx *bolt.Tx) error {
+		vols := tx.Bucket(bucketVolumes)
+		old := vols.Get([]byte(id))
+		if old == nil {
+			return refuse(ErrNotFound)
+		}
+		if err := dropName(tx.Bucket(bucketVolumeNames), id, old, volumeNameField); err != nil {
+			return err
+		}
+		return vols.Delete([]byte(id))
+	})
+	if err != nil {
+		return fmt.Errorf("delete volume %s: %w", id, err)
+	}
+	return nil
+}
+
+// ListVolumes returns up to max volumes (0: all) in ID order, starting at
+// startToken ("" for the first page), and the token of the next page, ""
+// after the last.
+func (s *Store) ListVolumes(startToken string, max int) (vols []Volume, next string, err error) {
+	next, err = s.page(listVolumes, bucketVolumes, nil, startToken, max, func(_ *bolt.Tx, k, b []byte) error {
+		v, err := decodeVolume(b)
+		if err != nil {
+			return corrupt("volume", string(k), err)
+		}
+		vols = append(vols, v)
+		return nil
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("list volumes: %w", err)
+	}
+	return vols, next, nil
+}
