@@ -269,3 +269,22 @@ func sortedKeys(m map[string][]byte) []string {
 	}
 	return keys
 }
+
+// TestABIUpToDate checks that package abi's committed *_wire.go files are
+// what the generator makes of its current sources.
+func TestABIUpToDate(t *testing.T) {
+	const abiDir = "../.."
+	out, err := Generate(abiDir, Options{})
+	if err != nil {
+		t.Fatalf("generate abi: %v", err)
+	}
+	for name, src := range out.Files {
+		have, err := os.ReadFile(filepath.Join(abiDir, name))
+		if err != nil || !bytes.Equal(have, src) {
+			t.Errorf("abi/%s is out of date (%v): run go generate ./abi", name, err)
+		}
+	}
+	for _, name := range out.Stale {
+		t.Errorf("abi/%s is stale: run go generate ./abi", name)
+	}
+}
