@@ -1,6 +1,6 @@
 // Package mounttest gives tests a real, throw-away filesystem: a sparse file
-// in t.TempDir(), attached to a loop device with the LOOP_CONFIGURE ioctl,
-// formatted by the distribution's mkfs and mounted by mount(2).
+// on a loop device (hostcalls/loop/looptest), formatted by the
+// distribution's mkfs and mounted by mount(2), or a tmpfs.
 //
 // Everything it sets up is torn down by t.Cleanup, also when the test fails.
 // It is for tests only and must never be imported by the daemon: it skips
@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wasmcsi/wasmcsi/hostcalls/loop/looptest"
 )
 
 // RequireRoot skips t unless the test runs as root.
@@ -27,78 +29,12 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
-// Loop creates a sparse file of size bytes in t.TempDir(), attaches it to a
-// free loop device and returns the device path. The device is detached at
-// cleanup. The test is skipped when the machine has no loop devices.
+// Loop attaches a sparse file of size bytes to a loop device (see
+// looptest.Device) and returns the device path; it is detached at cleanup.
 func Loop(t testing.TB, size int64) string {
 	t.Helper()
-	RequireRoot(t)
-	backing := filepath.Join(t.TempDir(), "backing.img")
-	f, err := os.OpenFile(backing, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		t.Fatalf("create backing file: %v", err)
-	}
-	defer f.Close()
-	if err := f.Truncate(size); err != nil {
-		t.Fatalf("size backing file: %v", err)
-	}
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
-	if err != nil {
-		t.Skipf("needs loop devices: %v", err)
-	}
-	defer ctl.Close()
-
-	// Another process may take the free device between GET_FREE and
-	// CONFIGURE; the configure then fails with EBUSY and we ask again.
-	for attempt := 0; attempt < 20; attempt++ {
-		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
-		if err != nil {
-			t.Fatalf("LOOP_CTL_GET_FREE: %v", err)
-		}
-		dev := fmt.Sprintf("/dev/loop%d", n)
-		lf, err := openLoop(dev)
-		if err != nil {
-			t.Fatalf("open %s: %v", dev, err)
-		}
-		cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
-		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
-		err = unix.IoctlLoopConfigure(int(lf.Fd()), &cfg)
-		if errors.Is(err, unix.EBUSY) {
-			lf.Close()
-			continue
-		}
-		if err != nil {
-			lf.Close()
-			t.Fatalf("LOOP_CONFIGURE %s: %v", dev, err)
-		}
-		t.Cleanup(func() {
-			// Autoclear detaches on last close; clearing explicitly
-			// makes the release immediate and visible to the next test.
-			_ = unix.IoctlSetInt(int(lf.Fd()), unix.LOOP_CLR_FD, 0)
-			lf.Close()
-		})
-		return dev
-	}
-	t.Fatalf("no free loop device after 20 attempts")
-	return ""
-}
-
-// openLoop opens a loop device node, waiting briefly for udev or devtmpfs
-// to create it after LOOP_CTL_GET_FREE added a new one.
-func openLoop(dev string) (*os.File, error) {
-	var err error
-	for i := 0; i < 50; i++ {
-		var f *os.File
-		f, err = os.OpenFile(dev, os.O_RDWR, 0)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return nil, err
+	dev, _ := looptest.Device(t, size)
+	return dev
 }
 
 // Mkfs formats dev with mkfs.<fstype> and the given arguments. The test is
