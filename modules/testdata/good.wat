@@ -8,6 +8,8 @@
 ;;   node_info       answers the WASI errno of fd_prestat_get(3): 8 (EBADF)
 ;;                   because no directory is preopened
 ;;   volume_health   answers how often _initialize ran on this instance, as i32
+;;   storage_health  answers 8 bytes of WASI random_get and the WASI realtime
+;;                   clock (i64 ns), to show both are the host's fakes
 (module
   (import "wasmcsi" "request_read" (func $request_read (param i32 i32) (result i32)))
   (import "wasmcsi" "response_write" (func $response_write (param i32 i32)))
@@ -15,6 +17,8 @@
   (import "wasmcsi" "log" (func $log (param i32 i32 i32)))
   (import "wasmcsi" "test_echo" (func $test_echo (param i32 i32 i32 i32) (result i64)))
   (import "wasi_snapshot_preview1" "fd_prestat_get" (func $fd_prestat_get (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "random_get" (func $random_get (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "clock_time_get" (func $clock_time_get (param i32 i64 i32) (result i32)))
 
   ;; [0, 1024) constants and scratch, [1024, 65536) request, [65536, 131072) host-call result
   (memory (export "memory") 2)
@@ -78,4 +82,10 @@
   (func (export "volume_health") (result i32)
     (i32.store (i32.const 128) (global.get $inits))
     (call $response_write (i32.const 128) (i32.const 4))
+    (i32.const 0))
+
+  (func (export "storage_health") (result i32)
+    (drop (call $random_get (i32.const 256) (i32.const 8)))
+    (drop (call $clock_time_get (i32.const 0) (i64.const 1) (i32.const 264)))
+    (call $response_write (i32.const 256) (i32.const 16))
     (i32.const 0)))
