@@ -229,6 +229,20 @@ func Find(ctx context.Context, file string) (Device, bool, error) {
 	return d, ok, nil
 }
 
+// FindFile is Find for a file the caller opened (an O_PATH descriptor is
+// enough), for callers that must open it in a confined way.
+func FindFile(ctx context.Context, f *os.File) (Device, bool, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return Device{}, false, fmt.Errorf("find %s: stat: %w", f.Name(), err)
+	}
+	d, ok, err := find(ctx, fileID{dev: st.Dev, ino: st.Ino}.matches)
+	if err != nil {
+		return Device{}, false, fmt.Errorf("find %s: %w", f.Name(), err)
+	}
+	return d, ok, nil
+}
+
 // Resize makes dev pick up the current size of its backing file
 // (LOOP_SET_CAPACITY), typically after the file grew, and returns the new
 // device size in bytes.
