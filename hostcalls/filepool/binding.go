@@ -1,0 +1,166 @@
+package filepool
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
+)
+
+// Family is the grant that allows the file host calls.
+const Family = "file"
+
+// Bindings returns the "file" host calls (see abi/hc_file.go). The caller's
+// roots are pool folders; every file a call names lives directly in one.
+func Bindings() []hostcalls.Func {
+	return []hostcalls.Func{
+		hostcalls.Typed(Family, abi.HostCallFileCreate, createCall),
+		hostcalls.Typed(Family, abi.HostCallFileResize, resizeCall),
+		hostcalls.Typed(Family, abi.HostCallFileRemove, removeCall),
+		hostcalls.Typed(Family, abi.HostCallFileClone, cloneCall),
+		hostcalls.Typed(Family, abi.HostCallFileStat, statCall),
+		hostcalls.Typed(Family, abi.HostCallFileStatfs, statfsCall),
+	}
+}
+
+func createCall(ctx context.Context, env *hostcalls.Env, req *abi.FileCreateRequest) (*abi.Empty, error) {
+	return withFile(env, req.Path, func(p *Pool, name string) (*abi.Empty, error) {
+		return &abi.Empty{}, p.Create(ctx, name, req.SizeBytes, req.Prealloc)
+	})
+}
+
+func resizeCall(ctx context.Context, env *hostcalls.Env, req *abi.FileResizeRequest) (*abi.Empty, error) {
+	return withFile(env, req.Path, func(p *Pool, name string) (*abi.Empty, error) {
+		return &abi.Empty{}, p.Resize(ctx, name, req.SizeBytes, req.Prealloc)
+	})
+}
+
+func removeCall(ctx context.Context, env *hostcalls.Env, req *abi.FileRequest) (*abi.Empty, error) {
+	return withFile(env, req.Path, func(p *Pool, name string) (*abi.Empty, error) {
+		// Removing an attached file would leave a loop device over a
+		// deleted file, holding its space until someone detaches it.
+		f, err := p.OpenFile(ctx, name, true)
+		if abi.CodeOf(err) == abi.NotFound {
+			return &abi.Empty{}, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("remove %s: %w", name, err)
+		}
+		d, attached, err := loop.FindFile(ctx, f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("remove %s: %w", name, err)
+		}
+		if attached {
+			return nil, fmt.Errorf("remove %s: %w", name, abi.Errorf(abi.FailedPrecondition,
+				"attached to "+d.Path+"; detach it first"))
+		}
+		return &abi.Empty{}, p.Remove(ctx, name)
+	})
+}
+
+func cloneCall(ctx context.Context, env *hostcalls.Env, req *abi.FileCloneRequest) (*abi.Empty, error) {
+	srcRoot, src, err := split(env, req.Source)
+	if err != nil {
+		return nil, fmt.Errorf("clone %s: %w", req.Source, err)
+	}
+	dstRoot, dst, err := split(env, req.Target)
+	if err != nil {
+		return nil, fmt.Errorf("clone to %s: %w", req.Target, err)
+	}
+	if srcRoot != dstRoot {
+		return nil, fmt.Errorf("clone %s to %s: %w", req.Source, req.Target,
+			abi.Errorf(abi.InvalidArgument, "source and target must be in the same pool folder"))
+	}
+	p, err := Open(srcRoot)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	if err := p.Clone(ctx, src, dst); err != nil {
+		return nil, err
+	}
+	return &abi.Empty{}, nil
+}
+
+func statCall(ctx context.Context, env *hostcalls.Env, req *abi.FileRequest) (*abi.FileStat, error) {
+	return withFile(env, req.Path, func(p *Pool, name string) (*abi.FileStat, error) {
+		size, allocated, err := p.Stat(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		return &abi.FileStat{SizeBytes: size, AllocatedBytes: allocated}, nil
+	})
+}
+
+func statfsCall(ctx context.Context, env *hostcalls.Env, req *abi.FileRequest) (*abi.FileStatfs, error) {
+	root, err := hostcalls.Confine(env.Roots, req.Path, true)
+	if err != nil {
+		return nil, fmt.Errorf("statfs %s: %w", req.Path, err)
+	}
+	if !isRoot(env, root) {
+		return nil, fmt.Errorf("statfs %s: %w", req.Path, abi.Errorf(abi.InvalidArgument, "not a granted pool folder"))
+	}
+	p, err := Open(root)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	u, err := p.Statfs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &abi.FileStatfs{
+		TotalBytes: u.TotalBytes, AvailableBytes: u.AvailableBytes, UsedBytes: u.UsedBytes,
+		TotalInodes: u.TotalInodes, FreeInodes: u.FreeInodes, UsedInodes: u.UsedInodes,
+	}, nil
+}
+
+// withFile opens the pool that holds path and runs fn with the file's name.
+func withFile[R any](env *hostcalls.Env, path string, fn func(p *Pool, name string) (*R, error)) (*R, error) {
+	root, name, err := split(env, path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	p, err := Open(root)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	resp, err := fn(p, name)
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// split confines path to the caller's roots and splits it into the pool
+// folder, which must be a granted root, and the file name.
+func split(env *hostcalls.Env, path string) (root, name string, err error) {
+	clean, err := hostcalls.Confine(env.Roots, path, false)
+	if err != nil {
+		return "", "", err
+	}
+	root, name = filepath.Dir(clean), filepath.Base(clean)
+	if !isRoot(env, root) {
+		return "", "", abi.Errorf(abi.InvalidArgument, "file "+strconv.Quote(path)+
+			" is not directly in a granted pool folder")
+	}
+	if err := checkName(name); err != nil {
+		return "", "", err
+	}
+	return root, name, nil
+}
+
+func isRoot(env *hostcalls.Env, dir string) bool {
+	for _, r := range env.Roots {
+		if filepath.Clean(r) == dir {
+			return true
+		}
+	}
+	return false
+}
