@@ -1,0 +1,232 @@
+package iscsi
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// kernelSession is one iSCSI session as sysfs shows it.
+type kernelSession struct {
+	ID          int
+	Key         sessionKey
+	State       string // LOGGED_IN, FAILED, FREE
+	TargetState string // SCANNED once the kernel's first LUN scan is done; "" on kernels without it
+	TargetID    int    // SCSI target id inside the host
+	Host        int    // SCSI host number
+	// Address is the portal address exactly as the kernel prints it; udev
+	// uses this string in /dev/disk/by-path names.
+	Address string
+	devDir  string // resolved /sys/devices/.../hostH/sessionN
+}
+
+// lunDevice is one SCSI device (one LUN) of a session.
+type lunDevice struct {
+	LUN   int
+	Dir   string // sysfs device dir .../H:C:T:L
+	Block string // kernel block device name (sdX), "" while sd has not attached it
+}
+
+// sysfs reads iSCSI sessions and their SCSI devices under a sysfs root.
+type sysfs struct{ root string }
+
+func (s sysfs) path(p ...string) string { return filepath.Join(append([]string{s.root}, p...)...) }
+
+// sessions lists every iSCSI session. Sessions that vanish while being read
+// are skipped: sysfs is a live view.
+func (s sysfs) sessions() ([]kernelSession, error) {
+	ents, err := os.ReadDir(s.path("class", "iscsi_session"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // no iscsi transport loaded: no sessions
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list iSCSI sessions: %w", err)
+	}
+	var out []kernelSession
+	for _, e := range ents {
+		id, ok := strings.CutPrefix(e.Name(), "session")
+		n, err := strconv.Atoi(id)
+		if !ok || err != nil {
+			continue
+		}
+		ks, err := s.session(n)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ks)
+	}
+	return out, nil
+}
+
+// session reads session n.
+func (s sysfs) session(n int) (kernelSession, error) {
+	name := "session" + strconv.Itoa(n)
+	dir := s.path("class", "iscsi_session", name)
+	ks := kernelSession{ID: n}
+	var err error
+	if ks.Key.IQN, err = readAttr(dir, "targetname"); err != nil {
+		return ks, err
+	}
+	if ks.State, err = readAttr(dir, "state"); err != nil {
+		return ks, err
+	}
+	ks.TargetState, _ = readAttr(dir, "target_state")
+	if v, err := readAttr(dir, "target_id"); err == nil {
+		ks.TargetID, _ = strconv.Atoi(v)
+	}
+	conn := s.path("class", "iscsi_connection", "connection"+strconv.Itoa(n)+":0")
+	if ks.Address, err = readAttr(conn, "persistent_address"); err != nil {
+		return ks, err
+	}
+	port, err := readAttr(conn, "persistent_port")
+	if err != nil {
+		return ks, err
+	}
+	addr, err := netip.ParseAddr(ks.Address)
+	if err != nil {
+		return ks, fmt.Errorf("%s: address %q: %w", name, ks.Address, err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return ks, fmt.Errorf("%s: port %q: %w", name, port, err)
+	}
+	ks.Key.Portal = netip.AddrPortFrom(addr.Unmap(), uint16(p))
+	if ks.devDir, err = filepath.EvalSymlinks(filepath.Join(dir, "device")); err != nil {
+		return ks, err
+	}
+	host, ok := strings.CutPrefix(filepath.Base(filepath.Dir(ks.devDir)), "host")
+	if ks.Host, err = strconv.Atoi(host); !ok || err != nil {
+		return ks, fmt.Errorf("%s: no SCSI host above %s", name, ks.devDir)
+	}
+	return ks, nil
+}
+
+// find returns the session for k, if any. A session in recovery (FAILED)
+// still counts: the kernel re-establishes it, and a second login would only
+// be refused.
+func (s sysfs) find(k sessionKey) (kernelSession, bool, error) {
+	all, err := s.sessions()
+	if err != nil {
+		return kernelSession{}, false, err
+	}
+	for _, ks := range all {
+		if ks.Key == k {
+			return ks, true, nil
+		}
+	}
+	return kernelSession{}, false, nil
+}
+
+// luns lists the SCSI devices of a session.
+func (s sysfs) luns(ks kernelSession) ([]lunDevice, error) {
+	targets, err := filepath.Glob(filepath.Join(ks.devDir, "target*:*:*"))
+	if err != nil {
+		return nil, err
+	}
+	var out []lunDevice
+	for _, t := range targets {
+		ents, err := os.ReadDir(t)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return nil, fmt.Errorf("session%d: %w", ks.ID, err)
+		}
+		for _, e := range ents {
+			lun, ok := parseHCTL(e.Name())
+			if !ok {
+				continue
+			}
+			d := lunDevice{LUN: lun, Dir: filepath.Join(t, e.Name())}
+			if bs, err := os.ReadDir(filepath.Join(d.Dir, "block")); err == nil && len(bs) > 0 {
+				d.Block = bs[0].Name()
+			}
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// lun returns the SCSI device of one LUN of a session.
+func (s sysfs) lun(ks kernelSession, lun int) (lunDevice, bool, error) {
+	all, err := s.luns(ks)
+	if err != nil {
+		return lunDevice{}, false, err
+	}
+	for _, d := range all {
+		if d.LUN == lun {
+			return d, true, nil
+		}
+	}
+	return lunDevice{}, false, nil
+}
+
+// scan asks the kernel to probe one LUN of a session. The write returns
+// when the probe is done, so a LUN the target does not present is known to
+// be absent afterwards.
+func (s sysfs) scan(ks kernelSession, lun int) error {
+	f := s.path("class", "scsi_host", "host"+strconv.Itoa(ks.Host), "scan")
+	v := fmt.Sprintf("0 %d %d", ks.TargetID, lun)
+	if err := writeAttr(f, v); err != nil {
+		return fmt.Errorf("scan LUN %d of session%d: %w", lun, ks.ID, err)
+	}
+	return nil
+}
+
+// size returns the size in bytes of a block device by its kernel name.
+func (s sysfs) size(block string) (int64, error) {
+	v, err := readAttr(s.path("class", "block", block), "size")
+	if err != nil {
+		return 0, fmt.Errorf("size of %s: %w", block, err)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("size of %s: %q: %w", block, v, err)
+	}
+	return n * 512, nil // sysfs counts 512-byte sectors whatever the block size
+}
+
+// parseHCTL parses "H:C:T:L" and returns L.
+func parseHCTL(name string) (int, bool) {
+	parts := strings.Split(name, ":")
+	if len(parts) != 4 {
+		return 0, false
+	}
+	for _, p := range parts {
+		if !isDigits(p) {
+			return 0, false
+		}
+	}
+	l, err := strconv.Atoi(parts[3])
+	return l, err == nil
+}
+
+func readAttr(dir, name string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// writeAttr writes v to an existing sysfs attribute in one write, as the
+// kernel wants it; it never creates files.
+func writeAttr(path, v string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write([]byte(v)); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
