@@ -26,9 +26,9 @@ func TestValidateName(t *testing.T) {
 		{"", false},
 		{"iqn.", false},
 		{"IQN.2024-01.com.example", false},
-		{"iqn.2024-01.Com.example", false},      // upper case
+		{"iqn.2024-01.Com.example", false},        // upper case
 		{"iqn.2024-01.com.example:Target", false}, // upper case in unique part
-		{"iqn.2024-13.com.example", false},      // month
+		{"iqn.2024-13.com.example", false},        // month
 		{"iqn.2024-00.com.example", false},
 		{"iqn.24-01.com.example", false},
 		{"iqn.2024-01com.example", false},
