@@ -3,6 +3,7 @@ package modules
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -50,8 +51,8 @@ func newPool(size int, wait time.Duration, create func(context.Context) (*instan
 
 // acquire returns an idle instance, or creates one while the pool is below
 // its size, or waits up to the pool's wait time (or until ctx ends) for
-// either. It fails with errBusy, ctx's error wrapped in errBusy, errRetired or
-// the creation error.
+// either. It fails with errBusy (wrapping ctx's error when ctx ended),
+// errRetired or the creation error.
 func (p *pool) acquire(ctx context.Context) (*instance, error) {
 	select {
 	case inst := <-p.idle:
@@ -77,9 +78,9 @@ func (p *pool) acquire(ctx context.Context) (*instance, error) {
 	case <-p.gone:
 		return nil, errRetired
 	case <-t.C:
-		return nil, errBusy
+		return nil, fmt.Errorf("%w within %s", errBusy, p.wait)
 	case <-ctx.Done():
-		return nil, errors.Join(errBusy, ctx.Err())
+		return nil, fmt.Errorf("%w: %w", errBusy, ctx.Err())
 	}
 }
 

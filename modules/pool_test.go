@@ -48,7 +48,7 @@ func TestPoolBoundsAndAcquireTimeout(t *testing.T) {
 	t.Run("acquire timeout", func(t *testing.T) {
 		start := time.Now()
 		_, err := m.Call(context.Background(), abi.OpCreateVolume, []byte("x"))
-		wantCode(t, err, abi.Unavailable, `module "good" busy`)
+		wantCode(t, err, abi.Unavailable, `module "good" busy: no free instance within 300ms`)
 		if d := time.Since(start); d < wait || d > wait+2*time.Second {
 			t.Fatalf("busy after %s, want about %s", d, wait)
 		}
