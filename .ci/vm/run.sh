@@ -115,7 +115,7 @@ fetch_kernel() {
 
 # Kernel modules in the guest (their dependencies are added by modprobe --show-depends).
 GUEST_MODULES="virtio_pci virtio_blk virtio_rng 9p 9pnet_virtio loop dm_mod dm_thin_pool
-  dm_snapshot dm_crypt dm_mirror dm_multipath dm_round_robin dm_zero ext4 xfs btrfs fuse overlay
+  dm_snapshot dm_crypt dm_mirror dm_multipath dm_round_robin dm_zero ext4 xfs btrfs quota_v2 fuse overlay
   crc32c_generic crc32c_intel iscsi_tcp sd_mod sg scsi_dh_alua nbd configfs target_core_mod
   target_core_iblock target_core_file target_core_user iscsi_target_mod tcm_loop"
 # Programs in the guest, copied with their shared libraries; busybox fills the rest.
@@ -255,7 +255,13 @@ if [ "$REBUILD" = 1 ] || [ ! -f "$IMG/initrd.cpio" ]; then
 fi
 [ "$BUILD_ONLY" = 1 ] && exit 0
 
-if [ -z "$JOB" ]; then JOB=$(mktemp -d "$CACHE/jobs/job.XXXXXX"); else mkdir -p "$JOB"; JOB=$(readlink -f "$JOB"); fi
+if [ -z "$JOB" ]; then
+  # Keep the ten newest job folders of earlier runs for inspection.
+  ls -dt "$CACHE"/jobs/job.* 2>/dev/null | tail -n +10 | xargs -r rm -rf
+  JOB=$(mktemp -d "$CACHE/jobs/job.XXXXXX")
+else
+  mkdir -p "$JOB"; JOB=$(readlink -f "$JOB")
+fi
 rm -f "$JOB"/{rc,output.log,console.log,cmd.sh,args}
 if [ -n "$CMD" ]; then printf '#!/bin/sh\n%s\n' "$CMD" >"$JOB/cmd.sh"; else cp "$SCRIPT" "$JOB/cmd.sh"; fi
 chmod +x "$JOB/cmd.sh"

@@ -145,6 +145,37 @@ func (m *Mapper) OpenPool(ctx context.Context, p Pool) (*Pool, error) {
 	return &p, nil
 }
 
+// AttachPool returns the active pool name as its live table describes it
+// (devices as major:minor), for callers that know only the name. A missing
+// device answers FailedPrecondition: the pool must be opened first.
+func (m *Mapper) AttachPool(ctx context.Context, name string) (*Pool, error) {
+	info, err := m.Info(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if !info.Exists {
+		return nil, abi.Errorf(abi.FailedPrecondition, "dm pool "+name+" is not active; open it first")
+	}
+	table, err := m.Table(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	var f []string
+	if len(table) == 1 && table[0].Type == "thin-pool" {
+		f = strings.Fields(table[0].Params)
+	}
+	if len(f) < 4 {
+		return nil, abi.Errorf(abi.FailedPrecondition, fmt.Sprintf("dm pool %s: not a thin pool: %v", name, table))
+	}
+	block, err1 := strconv.ParseUint(f[2], 10, 64)
+	low, err2 := strconv.ParseUint(f[3], 10, 64)
+	if err1 != nil || err2 != nil {
+		return nil, abi.Errorf(abi.Internal, fmt.Sprintf("dm pool %s: unreadable table %v", name, table))
+	}
+	return &Pool{Name: name, MetaDev: f[0], DataDev: f[1], BlockSectors: block, LowWater: low,
+		m: m, dev: fmt.Sprintf("%d:%d", info.Major, info.Minor)}, nil
+}
+
 func (m *Mapper) activatePool(ctx context.Context, p Pool) (*Pool, error) {
 	meta, data, err := devNumbers(p.MetaDev, p.DataDev)
 	if err != nil {
@@ -535,6 +566,14 @@ func validBlockSectors(n uint64) error {
 		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("block size %d sectors: want a multiple of %d from %d to %d", n, MinBlockSectors, MinBlockSectors, MaxBlockSectors))
 	}
 	return nil
+}
+
+// HasPoolMetadata reports whether dev holds thin-pool metadata (the
+// superblock's magic number), i.e. whether OpenPool can open it and
+// CreatePool would refuse it.
+func HasPoolMetadata(dev string) (bool, error) {
+	sb, err := readSuperblock(dev)
+	return sb.valid, err
 }
 
 // superblock is what OpenPool needs from the metadata's first block.
