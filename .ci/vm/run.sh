@@ -247,6 +247,7 @@ EOF
 T0=$(date +%s.%N)
 install_host_packages
 fetch_kernel
+# shellcheck disable=SC2086 # HOST_PKGS is a word list
 KEY=$({ echo "$IMAGE_REV $KV $GUEST_MODULES $GUEST_PROGRAMS"; dpkg-query -W -f='${Package}=${Version}\n' $HOST_PKGS; } | sha256sum | cut -c1-12)
 IMG=$CACHE/image-$KV-$KEY
 if [ "$REBUILD" = 1 ] || [ ! -f "$IMG/initrd.cpio" ]; then
@@ -271,6 +272,7 @@ if [ ${#FILES[@]} -gt 0 ]; then mkdir -p "$JOB/files"; cp -a "${FILES[@]}" "$JOB
 if [ -w /dev/kvm ] && grep -qwE 'vmx|svm' /proc/cpuinfo; then
   ACCEL=(-accel kvm -cpu host); ACCEL_NAME=kvm
 else
+  # shellcheck disable=SC2054 # the commas belong to qemu's -accel value
   ACCEL=(-accel tcg,thread=multi,tb-size=256 -cpu max); ACCEL_NAME=tcg
 fi
 APPEND="console=ttyS0 panic=-1 reboot=t udev=$UDEV iscsid=$ISCSID mitigations=off tsc=reliable no_timer_check"
