@@ -1,0 +1,343 @@
+// Package mount mounts and unmounts filesystems and bind mounts by direct
+// system calls (mount(2), umount2(2)), and answers what is mounted where
+// from /proc/self/mountinfo (github.com/moby/sys/mountinfo). It is what
+// every backend's node steps (stage, publish, unpublish, unstage) use.
+//
+// Every operation is idempotent in the CSI sense, because the CO repeats
+// calls after timeouts and kubelet restarts: mounting what is already
+// mounted there does nothing and says so, a target mounted from anything
+// else is AlreadyExists, and unmounting what is not mounted succeeds.
+// Callers serialize calls on one target (the host locks per volume).
+//
+// It must never run the mount or umount programs, follow a symlink in place
+// of a target, or detach lazily unless asked to.
+package mount
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+)
+
+// Bind bind-mounts src on target, read-only when readOnly. The target is
+// created when missing, as a directory when src is one and as an empty file
+// otherwise (a block device's publish path); its parents are created too.
+// It reports whether it mounted: false when the same src is already bound
+// there with the same read-only state. A target mounted from another source,
+// or with the other read-only state, is AlreadyExists. The bind is not
+// recursive: mounts below src are not carried along.
+func Bind(ctx context.Context, src, target string, readOnly bool) (bool, error) {
+	if err := checkPath("source", src); err != nil {
+		return false, err
+	}
+	if err := checkPath("target", target); err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, fail("bind", target, err)
+	}
+	s, err := os.OpenFile(src, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, fail("bind", src, err)
+	}
+	defer s.Close()
+	var sst unix.Stat_t
+	if err := unix.Fstat(int(s.Fd()), &sst); err != nil {
+		return false, fail("bind", src, err)
+	}
+	isDir := sst.Mode&unix.S_IFMT == unix.S_IFDIR
+	t, err := openTarget(target, isDir)
+	if err != nil {
+		return false, err
+	}
+	defer t.Close()
+
+	mounted, err := IsMountPoint(target)
+	if err != nil {
+		return false, fail("bind", target, err)
+	}
+	if mounted {
+		return false, sameBind(target, &sst, readOnly)
+	}
+	// Mount through the descriptors: the inodes checked above are the ones
+	// mounted, whatever a concurrent rename or symlink swap does to the paths.
+	if err := unix.Mount(fdPath(s), fdPath(t), "", unix.MS_BIND, ""); err != nil {
+		return false, fail("bind "+src+" on", target, err)
+	}
+	if readOnly {
+		if err := remountReadOnly(target); err != nil {
+			_ = unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
+			return false, fail("bind "+src+" read-only on", target, err)
+		}
+	}
+	return true, nil
+}
+
+// remountReadOnly makes the bind mount at target read-only. A bind remount
+// sets all per-mount flags at once, so the ones the new mount already has
+// (nosuid, nodev, noexec, atime flags; locked in user namespaces) are kept.
+func remountReadOnly(target string) error {
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(target, &sfs); err != nil {
+		return err
+	}
+	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY)
+	for st, ms := range map[int64]uintptr{
+		unix.ST_NOSUID: unix.MS_NOSUID, unix.ST_NODEV: unix.MS_NODEV, unix.ST_NOEXEC: unix.MS_NOEXEC,
+		unix.ST_NOATIME: unix.MS_NOATIME, unix.ST_NODIRATIME: unix.MS_NODIRATIME, unix.ST_RELATIME: unix.MS_RELATIME,
+	} {
+		if sfs.Flags&st != 0 {
+			flags |= ms
+		}
+	}
+	return unix.Mount("", target, "", flags, "")
+}
+
+// sameBind decides an existing mount at target: nil when it shows the
+// source inode sst with the wanted read-only state, AlreadyExists otherwise.
+func sameBind(target string, sst *unix.Stat_t, readOnly bool) error {
+	var tst unix.Stat_t
+	if err := unix.Stat(target, &tst); err != nil {
+		return fail("bind", target, err)
+	}
+	if tst.Dev != sst.Dev || tst.Ino != sst.Ino {
+		return abi.Errorf(abi.AlreadyExists, fmt.Sprintf("mount: bind on %q: already mounted from another source", target))
+	}
+	e, err := Info(target)
+	if err != nil {
+		return err
+	}
+	if e.ReadOnly != readOnly {
+		return abi.Errorf(abi.AlreadyExists, fmt.Sprintf("mount: bind on %q: already mounted %s", target, rwName(e.ReadOnly)))
+	}
+	return nil
+}
+
+// Mount mounts the filesystem fstype from device on target, a directory
+// created when missing. options are mount(8)-style: the generic ones (ro,
+// nosuid, nodev, noexec, noatime, sync, ...) become mount flags, fstab-only
+// ones (defaults, nofail, _netdev, ...) are dropped, and the rest (nouuid,
+// discard, size=1g, ...) go to the filesystem as its data string. It reports
+// whether it mounted: false when the same device and fstype are already
+// mounted there with the same read-only state; anything else mounted there
+// is AlreadyExists.
+func Mount(ctx context.Context, device, target, fstype string, options []string) (bool, error) {
+	if device == "" || strings.IndexByte(device, 0) >= 0 {
+		return false, abi.Errorf(abi.InvalidArgument, fmt.Sprintf("mount: invalid device %q", device))
+	}
+	if err := checkPath("target", target); err != nil {
+		return false, err
+	}
+	if !validFSType(fstype) {
+		return false, abi.Errorf(abi.InvalidArgument, fmt.Sprintf("mount: invalid filesystem type %q", fstype))
+	}
+	flags, data, err := parseOptions(options)
+	if err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, fail("mount", target, err)
+	}
+	t, err := openTarget(target, true)
+	if err != nil {
+		return false, err
+	}
+	defer t.Close()
+	mounted, err := IsMountPoint(target)
+	if err != nil {
+		return false, fail("mount", target, err)
+	}
+	if mounted {
+		return false, sameMount(device, target, fstype, flags&unix.MS_RDONLY != 0)
+	}
+	if err := unix.Mount(device, fdPath(t), fstype, flags, data); err != nil {
+		return false, fail(fmt.Sprintf("mount %s (%s, %q) on", device, fstype, data), target, err)
+	}
+	return true, nil
+}
+
+// sameMount decides an existing mount at target: nil when it is the whole
+// filesystem of device (by device number for block devices, by source
+// name otherwise) of type fstype with the wanted read-only state.
+func sameMount(device, target, fstype string, readOnly bool) error {
+	e, err := Info(target)
+	if err != nil {
+		return err
+	}
+	same := e.FSType == fstype && e.Root == "/"
+	var dst unix.Stat_t
+	if unix.Stat(device, &dst) == nil && dst.Mode&unix.S_IFMT == unix.S_IFBLK {
+		same = same && e.Major == int(unix.Major(dst.Rdev)) && e.Minor == int(unix.Minor(dst.Rdev))
+	} else {
+		same = same && e.Source == device
+	}
+	if !same {
+		return abi.Errorf(abi.AlreadyExists, fmt.Sprintf("mount: %q is already mounted from %s (%s%s)", target, e.Source, e.FSType, rootSuffix(e.Root)))
+	}
+	if e.ReadOnly != readOnly {
+		return abi.Errorf(abi.AlreadyExists, fmt.Sprintf("mount: %q is already mounted %s", target, rwName(e.ReadOnly)))
+	}
+	return nil
+}
+
+// Unmount unmounts target, including every mount stacked on it (leaks of
+// earlier, non-idempotent publishes). It reports whether anything was
+// unmounted; a target that does not exist or is not a mount point is fine.
+// A busy mount is FailedPrecondition: Unmount never detaches lazily.
+func Unmount(ctx context.Context, target string) (bool, error) {
+	return unmount(ctx, target, 0)
+}
+
+// UnmountLazy is Unmount with MNT_DETACH: the mount disappears from the
+// namespace at once and is cleaned up when it is no longer busy. Use it
+// only on explicit request; a lazily detached filesystem may still be
+// written to.
+func UnmountLazy(ctx context.Context, target string) (bool, error) {
+	return unmount(ctx, target, unix.MNT_DETACH)
+}
+
+// maxStacked bounds the loop over stacked mounts.
+const maxStacked = 64
+
+func unmount(ctx context.Context, target string, flags int) (bool, error) {
+	if err := checkPath("target", target); err != nil {
+		return false, err
+	}
+	did := false
+	for i := 0; i < maxStacked; i++ {
+		if err := ctx.Err(); err != nil {
+			return did, fail("unmount", target, err)
+		}
+		err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW|flags)
+		switch {
+		case err == nil:
+			did = true
+		case errors.Is(err, unix.EINTR):
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
+			// Not (or no longer) a mount point, or not there at all.
+			return did, nil
+		default:
+			return did, fail("unmount", target, err)
+		}
+	}
+	return did, abi.Errorf(abi.Internal, fmt.Sprintf("mount: unmount %q: still mounted after %d unmounts", target, maxStacked))
+}
+
+// openTarget makes sure target exists with the kind the source needs and
+// opens it without following a symlink in its place.
+func openTarget(target string, dir bool) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		return nil, fail("create parent of", target, err)
+	}
+	if dir {
+		if err := os.Mkdir(target, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, fail("create", target, err)
+		}
+	} else {
+		f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o640)
+		switch {
+		case err == nil:
+			f.Close()
+		case errors.Is(err, os.ErrExist):
+		default:
+			return nil, fail("create", target, err)
+		}
+	}
+	t, err := os.OpenFile(target, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fail("open", target, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(t.Fd()), &st); err != nil {
+		t.Close()
+		return nil, fail("open", target, err)
+	}
+	switch kind := st.Mode & unix.S_IFMT; {
+	case kind == unix.S_IFLNK:
+		t.Close()
+		return nil, abi.Errorf(abi.FailedPrecondition, fmt.Sprintf("mount: target %q is a symlink", target))
+	case dir && kind != unix.S_IFDIR:
+		t.Close()
+		return nil, abi.Errorf(abi.FailedPrecondition, fmt.Sprintf("mount: target %q is not a directory, the source is", target))
+	case !dir && kind == unix.S_IFDIR:
+		t.Close()
+		return nil, abi.Errorf(abi.FailedPrecondition, fmt.Sprintf("mount: target %q is a directory, the source is not", target))
+	}
+	return t, nil
+}
+
+// fdPath names an open file by its /proc magic link, so that mount(2)
+// acts on exactly that inode.
+func fdPath(f *os.File) string { return "/proc/self/fd/" + strconv.Itoa(int(f.Fd())) }
+
+func checkPath(what, p string) error {
+	if p == "" || !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
+		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("mount: %s %q is not an absolute path", what, p))
+	}
+	return nil
+}
+
+func validFSType(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func rwName(ro bool) string {
+	if ro {
+		return "read-only"
+	}
+	return "read-write"
+}
+
+func rootSuffix(root string) string {
+	if root == "/" || root == "" {
+		return ""
+	}
+	return ", subtree " + root
+}
+
+// fail turns a system error into an *abi.Error with the category a caller
+// can act on; op and path say what failed.
+func fail(op, path string, err error) error {
+	var ae *abi.Error
+	if errors.As(err, &ae) {
+		return fmt.Errorf("mount: %s %q: %w", op, path, err)
+	}
+	code := abi.Internal
+	var errno unix.Errno
+	switch {
+	case errors.Is(err, context.Canceled):
+		code = abi.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		code = abi.DeadlineExceeded
+	case errors.As(err, &errno):
+		switch errno {
+		case unix.ENOENT, unix.ENXIO, unix.ENOMEDIUM:
+			code = abi.NotFound
+		case unix.EACCES, unix.EPERM:
+			code = abi.PermissionDenied
+		case unix.EINVAL, unix.ENODEV, unix.ENOTBLK, unix.ENAMETOOLONG:
+			code = abi.InvalidArgument
+		case unix.EBUSY, unix.EROFS, unix.ENOTDIR, unix.ELOOP, unix.EEXIST:
+			code = abi.FailedPrecondition
+		case unix.ENOSPC, unix.ENOMEM, unix.EMFILE, unix.ENFILE:
+			code = abi.ResourceExhausted
+		}
+	}
+	return abi.Errorf(code, fmt.Sprintf("mount: %s %q: %v", op, path, err))
+}
