@@ -22,9 +22,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -97,6 +99,9 @@ type Config struct {
 	Grants map[string]Grant
 	// HostCalls is every host call the daemon offers, by import name.
 	HostCalls map[string]hostcalls.Func
+	// PreferTinyGo serves "<name>.tinygo.wasm" rather than "<name>.wasm"
+	// when the folder holds both.
+	PreferTinyGo bool
 	// OnLoad runs once per loaded module version, after its first instance
 	// is initialized and before it serves: the host decodes backend_info and
 	// runs configure here. An error refuses the module.
@@ -279,16 +284,12 @@ func (r *Runtime) sync(ctx context.Context) map[string]error {
 	cur := r.set.Load().byName
 	next := map[string]*Module{}
 	seen := map[string]bool{}
-	for _, e := range entries {
-		file := e.Name()
-		if strings.HasPrefix(file, ".") || !strings.HasSuffix(file, ".wasm") {
-			continue
-		}
-		name := strings.TrimSuffix(file, ".wasm")
-		if !nameRE.MatchString(name) {
-			errs[file] = fmt.Errorf("module file %q: name must match %s", file, nameRE)
-			continue
-		}
+	files, ferrs := r.moduleFiles(entries)
+	for k, v := range ferrs {
+		errs[k] = v
+	}
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		file := files[name]
 		seen[name] = true
 		old := cur[name]
 		keepOld := func(err error) {
@@ -334,6 +335,35 @@ func (r *Runtime) sync(ctx context.Context) map[string]error {
 		}
 	}
 	return errs
+}
+
+// TinyGoSuffix marks a TinyGo build of a module: "<name>.tinygo.wasm" is
+// module <name>, served instead of "<name>.wasm" when Config.PreferTinyGo is
+// set, and in any case when it is the only build present.
+const TinyGoSuffix = ".tinygo.wasm"
+
+// moduleFiles picks one file per module name from the folder's entries.
+func (r *Runtime) moduleFiles(entries []os.DirEntry) (map[string]string, map[string]error) {
+	files, errs := map[string]string{}, map[string]error{}
+	for _, e := range entries {
+		file := e.Name()
+		if strings.HasPrefix(file, ".") || !strings.HasSuffix(file, ".wasm") {
+			continue
+		}
+		name, tiny := strings.TrimSuffix(file, TinyGoSuffix), strings.HasSuffix(file, TinyGoSuffix)
+		if !tiny {
+			name = strings.TrimSuffix(file, ".wasm")
+		}
+		if !nameRE.MatchString(name) {
+			errs[file] = fmt.Errorf("module file %q: name must match %s", file, nameRE)
+			continue
+		}
+		if prev, ok := files[name]; ok && strings.HasSuffix(prev, TinyGoSuffix) == r.cfg.PreferTinyGo {
+			continue // the preferred build is already chosen
+		}
+		files[name] = file
+	}
+	return files, errs
 }
 
 // swap publishes next as the loaded set.
