@@ -1,6 +1,9 @@
 package wire
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // Integer is every type a varint field may hold, named enums included.
 type Integer interface {
@@ -118,22 +121,38 @@ func AppendStringMap(b []byte, field int, m map[string]string) []byte {
 	if len(m) == 0 {
 		return b
 	}
-	var small [16]string
-	keys := small[:0]
-	for k := range m {
-		keys = append(keys, k)
+	var small [16]entry
+	entries := small[:0]
+	for k, v := range m {
+		entries = append(entries, entry{k, v})
 	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		v := m[k]
-		n := 2 + SizeVarint(uint64(len(k))) + len(k) + SizeVarint(uint64(len(v))) + len(v)
+	sortEntries(entries)
+	for _, e := range entries {
+		n := 2 + SizeVarint(uint64(len(e.k))) + len(e.k) + SizeVarint(uint64(len(e.v))) + len(e.v)
 		b = AppendVarint(AppendTag(b, field, Bytes), uint64(n))
-		b = AppendVarint(append(b, 1<<3|byte(Bytes)), uint64(len(k)))
-		b = append(b, k...)
-		b = AppendVarint(append(b, 2<<3|byte(Bytes)), uint64(len(v)))
-		b = append(b, v...)
+		b = AppendVarint(append(b, 1<<3|byte(Bytes)), uint64(len(e.k)))
+		b = append(b, e.k...)
+		b = AppendVarint(append(b, 2<<3|byte(Bytes)), uint64(len(e.v)))
+		b = append(b, e.v...)
 	}
 	return b
+}
+
+// entry is one element of a map being encoded.
+type entry struct{ k, v string }
+
+// sortEntries sorts by key: insertion sort for the few entries maps usually
+// hold, the library's sort beyond.
+func sortEntries(es []entry) {
+	if len(es) > 16 {
+		slices.SortFunc(es, func(a, b entry) int { return strings.Compare(a.k, b.k) })
+		return
+	}
+	for i := 1; i < len(es); i++ {
+		for j := i; j > 0 && es[j].k < es[j-1].k; j-- {
+			es[j], es[j-1] = es[j-1], es[j]
+		}
+	}
 }
 
 // BeginMessage appends the tag of a length-delimited field and one byte of

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -175,9 +176,49 @@ func TestStringMap(t *testing.T) {
 	if !bytes.HasPrefix(b, wantFirst) {
 		t.Fatalf("first entry % x, want prefix % x", b[:len(wantFirst)], wantFirst)
 	}
-	if again := AppendStringMap(nil, 4, in); !bytes.Equal(b, again) {
-		t.Fatal("two encodings of one map differ")
+	if got := decodeMap(t, b); !reflect.DeepEqual(in, got) {
+		t.Fatalf("got %q, want %q", got, in)
 	}
+}
+
+// TestStringMapOrder: entries are written in key order for small maps
+// (insertion sort) and large ones (library sort), so encodings are stable.
+func TestStringMapOrder(t *testing.T) {
+	for _, n := range []int{2, 16, 17, 100} {
+		in := map[string]string{}
+		for i := 0; i < n; i++ {
+			in["key-"+strings.Repeat("x", i%3)+itoa(uint64(i*7919%1000))] = itoa(uint64(i))
+		}
+		b := AppendStringMap(nil, 1, in)
+		if again := AppendStringMap(nil, 1, in); !bytes.Equal(b, again) {
+			t.Fatalf("%d entries: two encodings of one map differ", n)
+		}
+		var keys []string
+		d := NewDecoder(b)
+		for !d.Done() {
+			_, typ, err := d.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var one map[string]string
+			if err := d.StringMapEntry(typ, &one); err != nil {
+				t.Fatal(err)
+			}
+			for k := range one {
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) != n || !slices.IsSorted(keys) {
+			t.Fatalf("%d entries: keys written as %q", n, keys)
+		}
+		if got := decodeMap(t, b); !reflect.DeepEqual(in, got) {
+			t.Fatalf("%d entries: round trip changed the map", n)
+		}
+	}
+}
+
+func decodeMap(t *testing.T, b []byte) map[string]string {
+	t.Helper()
 	var out map[string]string
 	d := NewDecoder(b)
 	for !d.Done() {
@@ -189,9 +230,7 @@ func TestStringMap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !reflect.DeepEqual(in, out) {
-		t.Fatalf("got %q, want %q", out, in)
-	}
+	return out
 }
 
 func TestStringMapEntryEdgeCases(t *testing.T) {
