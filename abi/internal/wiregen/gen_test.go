@@ -197,3 +197,23 @@ func mtime(t *testing.T, path string) time.Time {
 	}
 	return fi.ModTime()
 }
+
+// TestBrokenGeneratedFileIsReplaced: an old generated file that no longer
+// parses does not stop regeneration.
+func TestBrokenGeneratedFileIsReplaced(t *testing.T) {
+	dir := writePkg(t, map[string]string{
+		"m.go":      "package p\n\ntype M struct {\n\tX string `wire:\"1\"`\n}\n",
+		"m_wire.go": header + "\n\npackage p\n\nfunc broken( {\n",
+		"o_wire.go": header + "\n\npackage p\n\nfunc alsoBroken( {\n",
+	})
+	if err := run([]string{dir}, new(bytes.Buffer)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "m_wire.go"))
+	if err != nil || !strings.Contains(string(got), "func (m *M) AppendWire") {
+		t.Fatalf("m_wire.go not regenerated: %v\n%s", err, got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "o_wire.go")); !os.IsNotExist(err) {
+		t.Fatalf("stale broken o_wire.go not removed: %v", err)
+	}
+}

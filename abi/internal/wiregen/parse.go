@@ -94,19 +94,12 @@ type sourceFile struct {
 	Messages []*message
 }
 
-// typeDecl is one package-level type declaration.
-type typeDecl struct {
-	Spec *ast.TypeSpec
-	File string
-}
-
 // pkg is what the generator knows of the package.
 type pkg struct {
-	Dir   string
 	Name  string
 	Fset  *token.FileSet
 	Files []*sourceFile
-	Types map[string]typeDecl
+	Types map[string]*ast.TypeSpec // package-level type declarations
 	// Names holds every package-level name, for clash checks.
 	Names map[string]token.Pos
 	// Generated lists the *_wire.go files already carrying our header.
@@ -119,7 +112,7 @@ func loadPackage(dir string) (*pkg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read package directory: %w", err)
 	}
-	p := &pkg{Dir: dir, Fset: token.NewFileSet(), Types: map[string]typeDecl{}, Names: map[string]token.Pos{}}
+	p := &pkg{Fset: token.NewFileSet(), Types: map[string]*ast.TypeSpec{}, Names: map[string]token.Pos{}}
 	for _, e := range entries {
 		name := e.Name()
 		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") ||
@@ -131,14 +124,16 @@ func loadPackage(dir string) (*pkg, error) {
 		if err != nil {
 			return nil, err
 		}
+		if strings.HasSuffix(name, "_wire.go") && bytes.HasPrefix(src, []byte(header+"\n")) {
+			// Ours: regenerated or removed, never read (it may be broken).
+			p.Generated = append(p.Generated, name)
+			continue
+		}
 		f, err := parser.ParseFile(p.Fset, path, src, parser.ParseComments|parser.SkipObjectResolution)
 		if err != nil {
 			return nil, fmt.Errorf("parse: %w", err)
 		}
 		if ast.IsGenerated(f) {
-			if strings.HasSuffix(name, "_wire.go") && bytes.HasPrefix(src, []byte(header+"\n")) {
-				p.Generated = append(p.Generated, name)
-			}
 			continue
 		}
 		if ignored(f) {
@@ -160,7 +155,7 @@ func loadPackage(dir string) (*pkg, error) {
 				for _, spec := range decl.Specs {
 					switch spec := spec.(type) {
 					case *ast.TypeSpec:
-						p.Types[spec.Name.Name] = typeDecl{Spec: spec, File: name}
+						p.Types[spec.Name.Name] = spec
 						p.Names[spec.Name.Name] = spec.Name.Pos()
 					case *ast.ValueSpec:
 						for _, id := range spec.Names {
@@ -385,11 +380,11 @@ func (p *pkg) declared(name string) bool {
 }
 
 func (p *pkg) isMessageType(name string) bool {
-	td, ok := p.Types[name]
-	if !ok || td.Spec.Assign.IsValid() || td.Spec.TypeParams != nil {
+	ts, ok := p.Types[name]
+	if !ok || ts.Assign.IsValid() || ts.TypeParams != nil {
 		return false
 	}
-	st, ok := td.Spec.Type.(*ast.StructType)
+	st, ok := ts.Type.(*ast.StructType)
 	return ok && isMessage(st)
 }
 
@@ -397,11 +392,11 @@ func (p *pkg) isMessageType(name string) bool {
 // underlying type is a supported scalar, following chains of named types.
 func (p *pkg) namedScalar(name string) (kind, bool) {
 	for range 16 {
-		td, ok := p.Types[name]
-		if !ok || td.Spec.TypeParams != nil {
+		ts, ok := p.Types[name]
+		if !ok || ts.TypeParams != nil {
 			return 0, false
 		}
-		id, ok := td.Spec.Type.(*ast.Ident)
+		id, ok := ts.Type.(*ast.Ident)
 		if !ok {
 			return 0, false
 		}
