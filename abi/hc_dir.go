@@ -1,0 +1,97 @@
+package abi
+
+// Messages of the "dir" host calls: volumes as directories in pool folders
+// (the localdir backend). The family's roots are pool folders; every volume
+// or snapshot is a directory directly in one, whose name (the last path
+// element) is at most 255 bytes and has no NUL. Directories are opened
+// beneath their root without following symlinks or crossing mounts, so
+// nothing planted inside a pool leads a call outside it.
+// The codec is generated into hc_dir_wire.go. Field numbers are the wire
+// contract: never renumber or reuse one.
+
+// Host call names of the "dir" family.
+const (
+	HostCallDirCreate         = "dir_create"          // DirCreateRequest -> Empty
+	HostCallDirRemove         = "dir_remove"          // DirRequest -> Empty
+	HostCallDirCopy           = "dir_copy"            // DirCopyRequest -> Empty
+	HostCallDirStatfs         = "dir_statfs"          // DirRequest -> DirStatfs
+	HostCallDirUsage          = "dir_usage"           // DirRequest -> DirUsage
+	HostCallDirSetQuota       = "dir_set_quota"       // DirQuotaRequest -> Empty
+	HostCallDirQuotaSupported = "dir_quota_supported" // DirRequest (a pool folder) -> DirQuotaSupport
+	HostCallDirExists         = "dir_exists"          // DirRequest -> DirExists
+)
+
+// DirCreateRequest creates the directory Path (mode 0755). An existing
+// directory is success; another kind of entry there is ALREADY_EXISTS.
+// QuotaBytes above zero also sets a project quota, as dir_set_quota does,
+// and is FAILED_PRECONDITION before anything is created when the pool has
+// no quota support.
+type DirCreateRequest struct {
+	Path       string `wire:"1"`
+	QuotaBytes int64  `wire:"2"`
+}
+
+// DirRequest names a directory in a pool folder (or, for dir_statfs and
+// dir_quota_supported, the pool folder itself).
+//
+//   - dir_remove: removes the directory and everything in it; a missing
+//     one is success. FAILED_PRECONDITION when something is mounted inside.
+//   - dir_statfs: the pool folder's filesystem, or a directory's, which
+//     with a project quota reports the quota as its size.
+//   - dir_usage: NOT_FOUND for a missing directory.
+//   - dir_exists: false for a missing name, a file or a symlink.
+type DirRequest struct {
+	Path string `wire:"1"`
+}
+
+// DirCopyRequest copies the directory Source to the new directory Target
+// in the same pool folder: contents (reflinked where the filesystem can,
+// holes kept), modes, owners, timestamps, extended attributes, hard links,
+// and symlinks as symlinks, never followed. ALREADY_EXISTS when Target
+// exists, NOT_FOUND when Source does not; on any error the partial Target
+// is removed. The copy has no quota until dir_set_quota gives it one.
+type DirCopyRequest struct {
+	Source string `wire:"1"`
+	Target string `wire:"2"`
+}
+
+// DirStatfs is the capacity statfs(2) reports for a pool folder or a
+// directory. Free counts what root may use, Available what others may.
+type DirStatfs struct {
+	TotalBytes     int64 `wire:"1"`
+	FreeBytes      int64 `wire:"2"`
+	AvailableBytes int64 `wire:"3"`
+	TotalInodes    int64 `wire:"4"`
+	FreeInodes     int64 `wire:"5"`
+}
+
+// DirUsage is what a directory uses: its project's accounting when it has
+// a quota, otherwise the allocated blocks and inodes of its tree (hard
+// links once, nothing below a mount point).
+type DirUsage struct {
+	UsedBytes  int64 `wire:"1"`
+	UsedInodes int64 `wire:"2"`
+}
+
+// DirQuotaRequest limits the blocks under the directory Path to QuotaBytes
+// (rounded up to 512 bytes on xfs, 1 KiB on ext4); 0 removes the limit. It
+// may be raised or lowered at any time. FAILED_PRECONDITION when the pool
+// has no project quota support (see dir_quota_supported). Writes past the
+// quota fail with ENOSPC on xfs and EDQUOT on ext4.
+type DirQuotaRequest struct {
+	Path       string `wire:"1"`
+	QuotaBytes int64  `wire:"2"`
+}
+
+// DirQuotaSupport answers whether a pool folder enforces project quotas:
+// xfs mounted with prjquota/pquota, or ext4 with the quota and project
+// features mounted with prjquota. Reason says why not.
+type DirQuotaSupport struct {
+	Supported bool   `wire:"1"`
+	Reason    string `wire:"2"`
+}
+
+// DirExists answers whether a directory exists.
+type DirExists struct {
+	Exists bool `wire:"1"`
+}

@@ -1,0 +1,183 @@
+package dirpool
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
+)
+
+// Family is the grant that allows the dir host calls.
+const Family = "dir"
+
+// Bindings returns the "dir" host calls (see abi/hc_dir.go). The caller's
+// roots are pool folders; every directory a call names lives directly in
+// one. Each call opens the pool for its own duration.
+func Bindings() []hostcalls.Func {
+	return []hostcalls.Func{
+		hostcalls.Typed(Family, abi.HostCallDirCreate, createCall),
+		hostcalls.Typed(Family, abi.HostCallDirRemove, removeCall),
+		hostcalls.Typed(Family, abi.HostCallDirCopy, copyCall),
+		hostcalls.Typed(Family, abi.HostCallDirStatfs, statfsCall),
+		hostcalls.Typed(Family, abi.HostCallDirUsage, usageCall),
+		hostcalls.Typed(Family, abi.HostCallDirSetQuota, setQuotaCall),
+		hostcalls.Typed(Family, abi.HostCallDirQuotaSupported, quotaSupportedCall),
+		hostcalls.Typed(Family, abi.HostCallDirExists, existsCall),
+	}
+}
+
+func createCall(ctx context.Context, env *hostcalls.Env, req *abi.DirCreateRequest) (*abi.Empty, error) {
+	return withDir(env, req.Path, func(p *Pool, name string) (*abi.Empty, error) {
+		_, err := p.Create(ctx, name, req.QuotaBytes)
+		return &abi.Empty{}, err
+	})
+}
+
+func removeCall(ctx context.Context, env *hostcalls.Env, req *abi.DirRequest) (*abi.Empty, error) {
+	return withDir(env, req.Path, func(p *Pool, name string) (*abi.Empty, error) {
+		return &abi.Empty{}, p.Remove(ctx, name)
+	})
+}
+
+func copyCall(ctx context.Context, env *hostcalls.Env, req *abi.DirCopyRequest) (*abi.Empty, error) {
+	srcRoot, src, err := split(env, req.Source)
+	if err != nil {
+		return nil, fmt.Errorf("copy %s: %w", req.Source, err)
+	}
+	dstRoot, dst, err := split(env, req.Target)
+	if err != nil {
+		return nil, fmt.Errorf("copy to %s: %w", req.Target, err)
+	}
+	if srcRoot != dstRoot {
+		return nil, fmt.Errorf("copy %s to %s: %w", req.Source, req.Target,
+			abi.Errorf(abi.InvalidArgument, "source and target must be in the same pool folder"))
+	}
+	p, err := Open(srcRoot)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	if err := p.Copy(ctx, src, dst); err != nil {
+		return nil, err
+	}
+	return &abi.Empty{}, nil
+}
+
+// statfsCall answers for the pool folder itself or for one directory in it.
+func statfsCall(ctx context.Context, env *hostcalls.Env, req *abi.DirRequest) (*abi.DirStatfs, error) {
+	clean, err := hostcalls.Confine(env.Roots, req.Path, true)
+	if err != nil {
+		return nil, fmt.Errorf("statfs %s: %w", req.Path, err)
+	}
+	var s Stats
+	if isRoot(env, clean) {
+		p, err := Open(clean)
+		if err != nil {
+			return nil, err
+		}
+		defer p.Close()
+		if s, err = p.Statfs(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		resp, err := withDir(env, req.Path, func(p *Pool, name string) (*Stats, error) {
+			s, err := p.VolumeStatfs(ctx, name)
+			return &s, err
+		})
+		if err != nil {
+			return nil, err
+		}
+		s = *resp
+	}
+	return &abi.DirStatfs{
+		TotalBytes: s.TotalBytes, FreeBytes: s.FreeBytes, AvailableBytes: s.AvailBytes,
+		TotalInodes: s.TotalInodes, FreeInodes: s.FreeInodes,
+	}, nil
+}
+
+func usageCall(ctx context.Context, env *hostcalls.Env, req *abi.DirRequest) (*abi.DirUsage, error) {
+	return withDir(env, req.Path, func(p *Pool, name string) (*abi.DirUsage, error) {
+		bytes, inodes, err := p.Usage(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		return &abi.DirUsage{UsedBytes: bytes, UsedInodes: inodes}, nil
+	})
+}
+
+func setQuotaCall(ctx context.Context, env *hostcalls.Env, req *abi.DirQuotaRequest) (*abi.Empty, error) {
+	return withDir(env, req.Path, func(p *Pool, name string) (*abi.Empty, error) {
+		return &abi.Empty{}, p.SetQuota(ctx, name, req.QuotaBytes)
+	})
+}
+
+func quotaSupportedCall(ctx context.Context, env *hostcalls.Env, req *abi.DirRequest) (*abi.DirQuotaSupport, error) {
+	root, err := hostcalls.Confine(env.Roots, req.Path, true)
+	if err != nil {
+		return nil, fmt.Errorf("quota support of %s: %w", req.Path, err)
+	}
+	if !isRoot(env, root) {
+		return nil, fmt.Errorf("quota support of %s: %w", req.Path, abi.Errorf(abi.InvalidArgument, "not a granted pool folder"))
+	}
+	p, err := Open(root)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	return &abi.DirQuotaSupport{Supported: p.QuotaSupported(), Reason: p.noQuota}, nil
+}
+
+func existsCall(ctx context.Context, env *hostcalls.Env, req *abi.DirRequest) (*abi.DirExists, error) {
+	return withDir(env, req.Path, func(p *Pool, name string) (*abi.DirExists, error) {
+		return &abi.DirExists{Exists: p.Exists(ctx, name)}, nil
+	})
+}
+
+// withDir opens the pool that holds path and runs fn with the directory's
+// name.
+func withDir[R any](env *hostcalls.Env, path string, fn func(p *Pool, name string) (*R, error)) (*R, error) {
+	root, name, err := split(env, path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	p, err := Open(root)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	resp, err := fn(p, name)
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// split confines path to the caller's roots and splits it into the pool
+// folder, which must be a granted root, and the directory name.
+func split(env *hostcalls.Env, path string) (root, name string, err error) {
+	clean, err := hostcalls.Confine(env.Roots, path, false)
+	if err != nil {
+		return "", "", err
+	}
+	root, name = filepath.Dir(clean), filepath.Base(clean)
+	if !isRoot(env, root) {
+		return "", "", abi.Errorf(abi.InvalidArgument, "directory "+strconv.Quote(path)+
+			" is not directly in a granted pool folder")
+	}
+	if err := ValidName(name); err != nil {
+		return "", "", err
+	}
+	return root, name, nil
+}
+
+func isRoot(env *hostcalls.Env, dir string) bool {
+	for _, r := range env.Roots {
+		if filepath.Clean(r) == dir {
+			return true
+		}
+	}
+	return false
+}
