@@ -1,0 +1,38 @@
+//go:build !wasip1
+
+package hostcall
+
+import (
+	"os"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+)
+
+var host Host
+
+// SetHost installs the host that answers calls in native builds. Tests of
+// module logic install a fake or sdk/moduletest.RealHost; nil removes it.
+func SetHost(h Host) { host = h }
+
+// rawFunc is unused natively: the import name selects the answer.
+type rawFunc = struct{}
+
+func call(_ rawFunc, name string, req, resp abi.Message) error {
+	if host == nil {
+		return abi.Errorf(abi.Unavailable, "no host installed for "+name+" (hostcall.SetHost)")
+	}
+	out, err := host(name, req.AppendWire(nil))
+	if err != nil {
+		if e, ok := err.(*abi.Error); ok {
+			return e
+		}
+		return abi.Errorf(abi.Internal, err.Error())
+	}
+	return decode(abi.OK, out, resp)
+}
+
+func logLine(level abi.LogLevel, msg string) {
+	if level >= abi.LogWarn {
+		os.Stderr.WriteString(msg + "\n")
+	}
+}

@@ -1,0 +1,13 @@
+//go:build !wasip1
+
+package hostcall
+
+// Native stand-ins for the imports of imports_wasip1.go: the import name
+// passed to call selects the answer from the installed Host.
+var (
+	loopAttach, loopFind, loopResize, loopDetach                                                                         rawFunc
+	fileCreate, fileResize, fileRemove, fileClone, fileStat, fileStatfs                                                  rawFunc
+	dirCreate, dirRemove, dirCopy, dirStatfs, dirUsage, dirSetQuota, dirQuotaSupported, dirExists                        rawFunc
+	mountBind, mountUnmount, mountInfo                                                                                   rawFunc
+	dmPoolOpen, dmPoolStatus, dmThinCreate, dmThinActivate, dmThinDeactivate, dmThinDelete, dmThinResize, dmThinSnapshot rawFunc
+)

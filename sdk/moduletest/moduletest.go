@@ -1,0 +1,192 @@
+// Package moduletest runs a built backend module (.wasm) the way the daemon
+// does — same runtime, limits, grants and codec — against a fake host or
+// the daemon's real host calls, so a policy author tests the artifact they
+// ship, with either toolchain. It is for tests only: it fails the test on
+// setup errors instead of returning them.
+package moduletest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/modules"
+)
+
+// Toolchain builds modules.
+type Toolchain string
+
+const (
+	Go     Toolchain = "go"
+	TinyGo Toolchain = "tinygo"
+)
+
+// Toolchains are both toolchains, for table tests that run once per build.
+var Toolchains = []Toolchain{Go, TinyGo}
+
+// TinyGoPath returns the tinygo command: $WASMCSI_TINYGO, else tinygo on
+// PATH, else "".
+func TinyGoPath() string {
+	if p := os.Getenv("WASMCSI_TINYGO"); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("tinygo"); err == nil {
+		return p
+	}
+	return ""
+}
+
+var (
+	buildMu    sync.Mutex
+	buildCache = map[string]string{}
+	buildDir   string
+)
+
+// Build compiles the module package pkg (an import path or a ./relative
+// directory) with tc and returns the .wasm path. Builds are shared by every
+// test of the process. A test asking for TinyGo where none is installed is
+// skipped with the reason, unless WASMCSI_REQUIRE_TINYGO is set (CI), where
+// it fails.
+func Build(t testing.TB, pkg string, tc Toolchain) string {
+	t.Helper()
+	if strings.HasPrefix(pkg, ".") {
+		abs, err := filepath.Abs(pkg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pkg = abs
+	}
+	key := string(tc) + " " + pkg
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := buildCache[key]; ok {
+		return p
+	}
+	if buildDir == "" {
+		d, err := os.MkdirTemp("", "wasmcsi-moduletest-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		buildDir = d
+	}
+	sum := sha256.Sum256([]byte(key))
+	out := filepath.Join(buildDir, hex.EncodeToString(sum[:8])+".wasm")
+	var cmd *exec.Cmd
+	switch tc {
+	case Go:
+		cmd = exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, pkg)
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
+	case TinyGo:
+		tg := TinyGoPath()
+		if tg == "" {
+			if os.Getenv("WASMCSI_REQUIRE_TINYGO") != "" {
+				t.Fatal("TinyGo required (WASMCSI_REQUIRE_TINYGO) but not found: set WASMCSI_TINYGO or put tinygo on PATH")
+			}
+			t.Skip("needs TinyGo: set WASMCSI_TINYGO (make tinygo prints it) or put tinygo on PATH")
+		}
+		cmd = exec.Command(tg, "build", "-buildmode=c-shared", "-scheduler=none", "-no-debug", "-o", out, pkg)
+	default:
+		t.Fatalf("unknown toolchain %q", tc)
+	}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s build %s: %v\n%s", tc, pkg, err, b)
+	}
+	buildCache[key] = out
+	return out
+}
+
+// Options configure Load.
+type Options struct {
+	// Name is the module's name (default "module").
+	Name string
+	// Grant is what the operator grants the module.
+	Grant modules.Grant
+	// HostCalls answer the module's imports: a FakeHost's Funcs, the real
+	// ones from hostcalls/catalog, or a mix.
+	HostCalls map[string]hostcalls.Func
+	// Limits default to 5 s per call, 4096 pages, a pool of 2.
+	Limits modules.Limits
+}
+
+// Module is a loaded module.
+type Module struct {
+	rt *modules.Runtime
+	m  *modules.Module
+	// Info is the module's decoded backend_info.
+	Info abi.BackendInfo
+}
+
+// Load loads wasm into a fresh runtime, decodes its backend_info and, when
+// it exports configure, runs it with the grant's config and roots. The
+// runtime is closed when the test ends.
+func Load(t testing.TB, wasm string, opt Options) *Module {
+	t.Helper()
+	if opt.Name == "" {
+		opt.Name = "module"
+	}
+	if opt.Limits == (modules.Limits{}) {
+		opt.Limits = modules.Limits{CallTimeout: 5 * time.Second, MemoryPages: 4096, PoolSize: 2, AcquireTimeout: 5 * time.Second}
+	}
+	dir := t.TempDir()
+	data, err := os.ReadFile(wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, opt.Name+".wasm"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lm := &Module{}
+	ctx := context.Background()
+	rt, err := modules.New(ctx, modules.Config{
+		Dir: dir, Limits: opt.Limits, HostCalls: opt.HostCalls,
+		Grants: map[string]modules.Grant{opt.Name: opt.Grant},
+		OnLoad: func(ctx context.Context, m *modules.Module) error {
+			lm.m = m
+			if err := lm.Call(abi.OpInfo, &abi.Empty{}, &lm.Info); err != nil {
+				return err
+			}
+			if m.Has(abi.OpConfigure) {
+				return lm.Call(abi.OpConfigure, &abi.ConfigureRequest{Config: opt.Grant.Config, Roots: opt.Grant.Roots, NodeID: "moduletest", Role: "all"}, &abi.Empty{})
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	if errs := rt.Load(ctx); errs[opt.Name] != nil {
+		t.Fatalf("load %s: %v", wasm, errs[opt.Name])
+	}
+	m, ok := rt.Module(opt.Name)
+	if !ok {
+		t.Fatalf("module %s did not load", opt.Name)
+	}
+	lm.rt, lm.m = rt, m
+	return lm
+}
+
+// Call runs op with req and decodes the answer into resp. A module's error
+// comes back as an *abi.Error with its code.
+func (m *Module) Call(op abi.Op, req, resp abi.Message) error {
+	out, err := m.m.Call(context.Background(), op, req.AppendWire(nil))
+	if err != nil {
+		return err
+	}
+	return resp.UnmarshalWire(out)
+}
+
+// Has reports whether the module exports op.
+func (m *Module) Has(op abi.Op) bool { return m.m.Has(op) }
+
+// Runtime returns the module's runtime (for benchmarks and fault tests).
+func (m *Module) Runtime() *modules.Runtime { return m.rt }
