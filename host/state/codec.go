@@ -303,6 +303,11 @@ func encodeSnapshot(v *Snapshot) ([]byte, error) {
 	e.time(8, v.CreatedAt)
 	e.bool(9, v.ReadyToUse)
 	e.str(10, v.GroupID)
+	for _, t := range v.Topology {
+		m := e.begin(11)
+		e.strMap(1, t)
+		e.end(m)
+	}
 	return e.result()
 }
 
@@ -329,6 +334,10 @@ func decodeSnapshot(b []byte) (v Snapshot, err error) {
 			v.ReadyToUse, err = d.Bool(t)
 		case 10:
 			v.GroupID, err = d.String(t)
+		case 11:
+			var seg map[string]string
+			seg, err = decodeSegment(d, t)
+			v.Topology = append(v.Topology, seg)
 		default:
 			err = d.Skip(field, t)
 		}
@@ -343,6 +352,7 @@ func encodeGroup(v *Group) ([]byte, error) {
 	e.str(2, v.Name)
 	e.strs(3, v.SnapshotIDs)
 	e.time(4, v.CreatedAt)
+	e.strs(5, v.SourceVolumeIDs)
 	return e.result()
 }
 
@@ -357,6 +367,8 @@ func decodeGroup(b []byte) (v Group, err error) {
 			err = d.RepeatedString(t, &v.SnapshotIDs)
 		case 4:
 			v.CreatedAt, err = decodeTime(d, t)
+		case 5:
+			err = d.RepeatedString(t, &v.SourceVolumeIDs)
 		default:
 			err = d.Skip(field, t)
 		}
@@ -378,6 +390,8 @@ func encodeStage(v *Stage) ([]byte, error) {
 	e.strMap(9, v.Context)
 	e.int(10, int64(v.AccessMode))
 	e.time(11, v.StagedAt)
+	e.strMap(12, v.VolumeContext)
+	e.strs(13, v.BackendFlags)
 	return e.result()
 }
 
@@ -408,6 +422,10 @@ func decodeStage(b []byte) (v Stage, err error) {
 			v.AccessMode = int32(m)
 		case 11:
 			v.StagedAt, err = decodeTime(d, t)
+		case 12:
+			err = d.StringMapEntry(t, &v.VolumeContext)
+		case 13:
+			err = d.RepeatedString(t, &v.BackendFlags)
 		default:
 			err = d.Skip(field, t)
 		}

@@ -69,15 +69,18 @@ func TestCodecRoundTrip(t *testing.T) {
 		{"snapshot", func(t *testing.T) {
 			roundTrip(t, snapshotCodec, Snapshot{ID: "s", Name: "n", Backend: "b", LocalID: "l",
 				SourceVolumeID: "v", SizeBytes: 1 << 40, Context: map[string]string{"": ""},
-				CreatedAt: created, ReadyToUse: true, GroupID: "g"})
+				CreatedAt: created, ReadyToUse: true, GroupID: "g",
+				Topology: []map[string]string{{"zone": "a"}, {"zone": "b"}}})
 		}},
 		{"group", func(t *testing.T) {
-			roundTrip(t, groupCodec, Group{ID: "g", Name: "n", SnapshotIDs: []string{"a", "", "c"}, CreatedAt: created})
+			roundTrip(t, groupCodec, Group{ID: "g", Name: "n", SnapshotIDs: []string{"a", "", "c"}, CreatedAt: created,
+				SourceVolumeIDs: []string{"v1", "v2"}})
 		}},
 		{"stage", func(t *testing.T) {
 			roundTrip(t, stageCodec, Stage{VolumeID: "v", StagingPath: "/s", Backend: "b", Device: "/dev/x",
 				Directory: "/d", FsType: "ext4", MountFlags: []string{"a", "b"}, Block: true,
-				Context: map[string]string{"k": "v"}, AccessMode: 3, StagedAt: created})
+				Context: map[string]string{"k": "v"}, AccessMode: 3, StagedAt: created,
+				VolumeContext: map[string]string{"path": "/p"}, BackendFlags: []string{"nouuid"}})
 		}},
 		{"publish", func(t *testing.T) {
 			roundTrip(t, publishCodec, Publish{VolumeID: "v", TargetPath: "/t", StagingPath: "/s",

@@ -54,6 +54,8 @@ type Snapshot struct {
 	CreatedAt      time.Time
 	ReadyToUse     bool
 	GroupID        string // VolumeGroupSnapshot this snapshot belongs to, if any
+	// Topology is where the snapshot can be restored, if the backend says.
+	Topology []map[string]string
 }
 
 // Group is a VolumeGroupSnapshot.
@@ -62,6 +64,9 @@ type Group struct {
 	Name        string // unique among groups
 	SnapshotIDs []string
 	CreatedAt   time.Time
+	// SourceVolumeIDs are the group's volumes, sorted (the idempotency key
+	// beside Name).
+	SourceVolumeIDs []string
 }
 
 // Stage is a volume staged on this node (NodeStageVolume), keyed by volume ID.
@@ -74,9 +79,14 @@ type Stage struct {
 	FsType      string
 	MountFlags  []string
 	Block       bool
-	Context     map[string]string
+	Context     map[string]string // what the backend's node_stage returned
 	AccessMode  int32
 	StagedAt    time.Time
+	// VolumeContext is the CO's volume context, kept so that a re-stage
+	// after a reboot and node_unstage see what node_stage saw.
+	VolumeContext map[string]string
+	// BackendFlags are mount flags the backend added (e.g. nouuid).
+	BackendFlags []string
 }
 
 // Publish is a volume published on this node (NodePublishVolume), keyed by
