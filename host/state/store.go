@@ -31,11 +31,11 @@
 //
 // # Durability
 //
-// Every write is one read-write transaction committed with bbolt's default
-// fdatasync (NoSync stays false); a write call returns only after its
-// transaction is on disk. Concurrent writers are coalesced by DB.Batch into
-// one transaction and one sync, and a lone writer commits at once without
-// waiting for company. bbolt writes pages copy-on-write and switches between
+// Every write call runs in a read-write transaction committed with bbolt's
+// default fdatasync (NoSync stays false) and returns only after that
+// transaction is on disk. Concurrent calls share one transaction and one
+// sync through DB.Batch; a call that finds no other write in flight commits
+// at once instead of waiting for company. bbolt writes pages copy-on-write and switches between
 // two checksummed meta pages, so after a crash or power loss the file opens
 // at the last committed transaction: a write that returned is there, one that
 // had not returned is either wholly there or wholly absent, and indexes never
@@ -51,7 +51,8 @@
 // valid when records around it are added or deleted. A token that does not
 // decode, or that belongs to another listing, is ErrBadToken.
 //
-// Reads run in bbolt read transactions and never wait for writers.
+// Reads run in bbolt read transactions and do not wait for writers (except
+// briefly while a growing file is remapped).
 package state
 
 import (

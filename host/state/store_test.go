@@ -773,7 +773,12 @@ func TestConcurrentWriters(t *testing.T) {
 	const workers, rounds = 8, 60
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
+	// Each worker owns its IDs, so what it last did to one is what the
+	// store must hold at the end: a refusal of another call in the same
+	// batch must not undo it.
+	expect := make([]map[string]int64, workers) // ID -> capacity; -1 deleted
 	for w := range workers {
+		expect[w] = map[string]int64{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -784,8 +789,14 @@ func TestConcurrentWriters(t *testing.T) {
 				switch r % 3 {
 				case 0, 1:
 					err = s.PutVolume(Volume{ID: id, Name: name, CapacityBytes: int64(r)})
+					if err == nil {
+						expect[w][id] = int64(r)
+					}
 				case 2:
 					err = s.DeleteVolume(id)
+					if err == nil {
+						expect[w][id] = -1
+					}
 				}
 				if err != nil && !errors.Is(err, ErrNameTaken) && !errors.Is(err, ErrNotFound) {
 					errs <- err
@@ -804,6 +815,17 @@ func TestConcurrentWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	for _, m := range expect {
+		for id, capacity := range m {
+			v, err := s.GetVolume(id)
+			switch {
+			case capacity < 0 && !errors.Is(err, ErrNotFound):
+				t.Errorf("deleted %s is back: %+v, %v", id, v, err)
+			case capacity >= 0 && (err != nil || v.CapacityBytes != capacity):
+				t.Errorf("%s = %+v, %v; want capacity %d", id, v, err, capacity)
+			}
+		}
+	}
 	vols, _, err := s.ListVolumes("", 0)
 	if err != nil {
 		t.Fatal(err)
