@@ -284,7 +284,7 @@ func (p *Pool) pickProject(fd int, name string) (uint32, error) {
 	return 0, abi.Errorf(abi.ResourceExhausted, fmt.Sprintf("no free project ID near %d after %d tries", cand-maxProbe, maxProbe))
 }
 
-// hashProject is FNV-1a of root and name, folded into 1..2^31-1 to stay
+// hashProject is FNV-1a of root and name, folded into 2^30..2^31-1 to stay
 // clear of the IDs small inode numbers produce.
 func hashProject(root, name string) uint32 {
 	h := uint32(2166136261)

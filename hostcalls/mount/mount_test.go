@@ -90,8 +90,8 @@ func TestBind(t *testing.T) {
 			if e.ReadOnly != tc.readOnly {
 				t.Fatalf("Info.ReadOnly = %v, want %v (%+v)", e.ReadOnly, tc.readOnly, e)
 			}
-			if rel, _ := filepath.Rel("/", tc.src); !pathEndsWith(e.Root, rel) {
-				t.Errorf("Info.Root = %q, want the source %s", e.Root, tc.src)
+			if want := rootInFS(t, tc.src); e.Root != want {
+				t.Errorf("Info.Root = %q, want %q (the source inside its filesystem)", e.Root, want)
 			}
 			write := target
 			if tc.probe != "" {
@@ -131,8 +131,29 @@ func TestBind(t *testing.T) {
 	}
 }
 
-func pathEndsWith(p, suffix string) bool {
-	return p == "/"+suffix || len(p) > len(suffix) && p[len(p)-len(suffix)-1:] == "/"+suffix
+// rootInFS is path as seen from the root of the filesystem that holds it:
+// what mountinfo shows as the root of a bind mount of path.
+func rootInFS(t *testing.T, path string) string {
+	t.Helper()
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := mountinfo.GetMounts(mountinfo.ParentsFilter(real))
+	if err != nil || len(ms) == 0 {
+		t.Fatalf("mounts holding %s: %v", real, err)
+	}
+	var best *mountinfo.Info
+	for _, m := range ms {
+		if best == nil || len(m.Mountpoint) >= len(best.Mountpoint) {
+			best = m
+		}
+	}
+	rel, err := filepath.Rel(best.Mountpoint, real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(best.Root, rel)
 }
 
 func TestBindConflictsAndErrors(t *testing.T) {
