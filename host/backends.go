@@ -1,0 +1,229 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/modules"
+)
+
+// backend is one loaded module as the CSI services see it: its decoded
+// BackendInfo and the operations it implements.
+type backend struct {
+	name string
+	mod  *modules.Module
+	info abi.BackendInfo
+	ops  map[abi.Op]bool
+}
+
+// has reports whether the backend implements op: exported and, when its
+// BackendInfo lists operations, listed.
+func (b *backend) has(op abi.Op) bool { return b.ops[op] }
+
+// supportsCapability checks one requested capability against what the
+// backend declared, and says what is wrong in words for INVALID_ARGUMENT.
+func (b *backend) supportsCapability(c abi.Capability) error {
+	if c.Block && !b.info.Block {
+		return fmt.Errorf("backend %q does not offer block access", b.name)
+	}
+	if !c.Block && !b.info.Mount {
+		return fmt.Errorf("backend %q does not offer mount access", b.name)
+	}
+	if !b.supportsMode(c.AccessMode) {
+		return fmt.Errorf("backend %q does not support access mode %d", b.name, c.AccessMode)
+	}
+	if !c.Block && c.FsType != "" && len(b.info.FsTypes) > 0 && !contains(b.info.FsTypes, c.FsType) {
+		return fmt.Errorf("backend %q does not support fs_type %q (supported: %s)", b.name, c.FsType, strings.Join(b.info.FsTypes, ", "))
+	}
+	return nil
+}
+
+func (b *backend) supportsMode(m abi.AccessMode) bool {
+	modes := b.info.AccessModes
+	if len(modes) == 0 {
+		modes = []int64{int64(abi.AccessSingleNodeWriter)}
+	}
+	for _, x := range modes {
+		if abi.AccessMode(x) == m {
+			return true
+		}
+		// A backend with either single-node writer mode MUST accept the
+		// older SINGLE_NODE_WRITER (CSI spec, SINGLE_NODE_MULTI_WRITER).
+		if m == abi.AccessSingleNodeWriter && (abi.AccessMode(x) == abi.AccessSingleNodeSingleWriter || abi.AccessMode(x) == abi.AccessSingleNodeMultiWriter) {
+			return true
+		}
+	}
+	return false
+}
+
+// backendSet is an immutable snapshot of the loaded backends; a module
+// reload builds a new set and swaps it in atomically.
+type backendSet struct {
+	byName map[string]*backend
+	names  []string
+}
+
+func (s *backendSet) get(name string) (*backend, bool) {
+	if s == nil {
+		return nil, false
+	}
+	b, ok := s.byName[name]
+	return b, ok
+}
+
+func (s *backendSet) all() []*backend {
+	if s == nil {
+		return nil
+	}
+	out := make([]*backend, 0, len(s.names))
+	for _, n := range s.names {
+		out = append(out, s.byName[n])
+	}
+	return out
+}
+
+// any reports whether some backend satisfies f.
+func (s *backendSet) any(f func(*backend) bool) bool {
+	for _, b := range s.all() {
+		if f(b) {
+			return true
+		}
+	}
+	return false
+}
+
+// infoCache keeps each module's decoded BackendInfo from its load, keyed
+// by digest, so that building a backendSet never calls into a module.
+type infoCache struct {
+	mu    sync.Mutex
+	infos map[string]abi.BackendInfo
+}
+
+func (c *infoCache) put(digest string, info abi.BackendInfo) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.infos == nil {
+		c.infos = map[string]abi.BackendInfo{}
+	}
+	c.infos[digest] = info
+}
+
+func (c *infoCache) get(digest string) (abi.BackendInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i, ok := c.infos[digest]
+	return i, ok
+}
+
+// onLoad is the modules.Config.OnLoad hook: it runs the module's configure
+// with the operator's config (so that what the module reports may depend on
+// it, e.g. whether its pool enforces quotas), then reads and checks
+// backend_info. An error refuses the module.
+func (s *Server) onLoad(ctx context.Context, m *modules.Module) error {
+	if m.Has(abi.OpConfigure) {
+		g := m.Grant()
+		req := abi.ConfigureRequest{Config: g.Config, Roots: g.Roots, NodeID: s.cfg.NodeID, Role: s.cfg.Role}
+		if err := callModule(ctx, m, abi.OpConfigure, &req, &abi.Empty{}); err != nil && abi.CodeOf(err) != abi.Unimplemented {
+			return fmt.Errorf("configure: %w", err)
+		}
+	}
+	var info abi.BackendInfo
+	if err := callModule(ctx, m, abi.OpInfo, &abi.Empty{}, &info); err != nil {
+		return fmt.Errorf("backend_info: %w", err)
+	}
+	if err := checkInfo(&info); err != nil {
+		return fmt.Errorf("backend_info: %w", err)
+	}
+	s.infos.put(m.Digest(), info)
+	return nil
+}
+
+func checkInfo(i *abi.BackendInfo) error {
+	if !i.Mount && !i.Block {
+		return fmt.Errorf("offers neither mount nor block access")
+	}
+	if i.Granularity < 0 || i.MinSizeBytes < 0 || i.MaxSizeBytes < 0 || i.DefaultSizeBytes < 0 {
+		return fmt.Errorf("negative size in %+v", *i)
+	}
+	if i.MaxSizeBytes > 0 && i.MinSizeBytes > i.MaxSizeBytes {
+		return fmt.Errorf("min size %d above max size %d", i.MinSizeBytes, i.MaxSizeBytes)
+	}
+	for _, m := range i.AccessModes {
+		if m <= 0 || m > int64(abi.AccessSingleNodeMultiWriter) {
+			return fmt.Errorf("unknown access mode %d", m)
+		}
+	}
+	if i.Mount && len(i.FsTypes) > 0 && i.DefaultFsType == "" {
+		i.DefaultFsType = i.FsTypes[0]
+	}
+	for _, op := range i.Ops {
+		if !knownOp(abi.Op(op)) {
+			return fmt.Errorf("lists unknown operation %q", op)
+		}
+	}
+	return nil
+}
+
+func knownOp(op abi.Op) bool {
+	for _, o := range abi.AllOps {
+		if o == op {
+			return true
+		}
+	}
+	return false
+}
+
+// refreshBackends rebuilds the backend set from the runtime's modules.
+func (s *Server) refreshBackends() {
+	set := &backendSet{byName: map[string]*backend{}}
+	for _, m := range s.rt.Modules() {
+		info, ok := s.infos.get(m.Digest())
+		if !ok {
+			continue
+		}
+		b := &backend{name: m.Name(), mod: m, info: info, ops: map[abi.Op]bool{}}
+		for _, op := range abi.AllOps {
+			if m.Has(op) && (len(info.Ops) == 0 || contains(info.Ops, string(op))) {
+				b.ops[op] = true
+			}
+		}
+		set.byName[b.name] = b
+		set.names = append(set.names, b.name)
+	}
+	sort.Strings(set.names)
+	s.backends.Store(set)
+}
+
+// callModule encodes req, calls op on m and decodes the answer into resp.
+// A module's error keeps its code; an answer that does not decode is the
+// module's fault and becomes INTERNAL.
+func callModule(ctx context.Context, m *modules.Module, op abi.Op, req, resp abi.Message) error {
+	out, err := m.Call(ctx, op, req.AppendWire(nil))
+	if err != nil {
+		return err
+	}
+	if err := resp.UnmarshalWire(out); err != nil {
+		return abi.Errorf(abi.Internal, fmt.Sprintf("module %s: %s answered garbage: %v", m.Name(), op, err))
+	}
+	return nil
+}
+
+func (b *backend) call(ctx context.Context, op abi.Op, req, resp abi.Message) error {
+	if !b.has(op) {
+		return abi.Errorf(abi.Unimplemented, fmt.Sprintf("backend %q does not implement %s", b.name, op))
+	}
+	return callModule(ctx, b.mod, op, req, resp)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

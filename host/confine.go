@@ -1,0 +1,121 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+
+	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
+)
+
+// A module's node_stage names what the host will mount or bind into a
+// workload. The host never takes that on trust: a directory must lie inside
+// the module's granted roots, and a device must be one the module's grants
+// explain — a loop device backed by a file inside its roots, a device node
+// that is itself inside its roots (for example /dev/mapper/<granted prefix>…),
+// or an iSCSI disk of a granted portal. Anything else would let a module hand
+// a pod the host's own disks.
+
+func (s *Server) confineDirectory(b *backend, dir string) (string, error) {
+	clean, err := hostcalls.Confine(b.mod.Grant().Roots, dir, false)
+	if err != nil {
+		return "", errf(codes.Internal, "backend %q named directory %q outside its roots", b.name, dir)
+	}
+	real, err := filepath.EvalSymlinks(clean)
+	if err != nil {
+		return "", fmt.Errorf("directory %s: %w", clean, err)
+	}
+	if _, err := hostcalls.Confine(b.mod.Grant().Roots, real, false); err != nil {
+		return "", errf(codes.Internal, "backend %q directory %q resolves outside its roots", b.name, dir)
+	}
+	return real, nil
+}
+
+func (s *Server) confineDevice(ctx context.Context, b *backend, dev string) (string, error) {
+	roots := b.mod.Grant().Roots
+	if !filepath.IsAbs(dev) {
+		return "", errf(codes.Internal, "backend %q named a relative device %q", b.name, dev)
+	}
+	// A device node inside a granted root (prefix match, so a root such as
+	// /dev/mapper/wasmcsi- grants every device named after it).
+	for _, r := range roots {
+		if strings.HasPrefix(filepath.Clean(dev), r) && strings.HasPrefix(r, "/dev/") {
+			return dev, nil
+		}
+	}
+	real, err := filepath.EvalSymlinks(dev)
+	if err != nil {
+		return "", fmt.Errorf("device %s: %w", dev, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(real, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return "", errf(codes.Internal, "backend %q named %q, which is not a block device", b.name, dev)
+	}
+	if strings.HasPrefix(filepath.Base(real), "loop") {
+		devs, err := loop.List(ctx)
+		if err != nil {
+			return "", err
+		}
+		for _, d := range devs {
+			if d.Path == real {
+				if _, err := hostcalls.Confine(roots, d.BackingFile, false); err == nil {
+					return real, nil
+				}
+			}
+		}
+	}
+	// iSCSI disks are reached through their by-path link, which names the
+	// portal: ip-<portal>-iscsi-<iqn>-lun-<n>.
+	if strings.HasPrefix(dev, "/dev/disk/by-path/ip-") {
+		rest := strings.TrimPrefix(dev, "/dev/disk/by-path/ip-")
+		for _, r := range roots {
+			if strings.HasPrefix(rest, r+"-iscsi-") {
+				return real, nil
+			}
+		}
+	}
+	if link, err := os.Readlink("/sys/class/block/" + filepath.Base(real)); err == nil && strings.Contains(link, "/session") {
+		if s.iscsiDeviceGranted(real, roots) {
+			return real, nil
+		}
+	}
+	return "", errf(codes.Internal, "backend %q named device %q, which its grants do not explain", b.name, dev)
+}
+
+// iscsiDeviceGranted reports whether an iSCSI disk belongs to a session
+// with a granted portal (sysfs: the session's connection address and port).
+func (s *Server) iscsiDeviceGranted(dev string, roots []string) bool {
+	link, err := os.Readlink("/sys/class/block/" + filepath.Base(dev))
+	if err != nil {
+		return false
+	}
+	i := strings.Index(link, "/session")
+	if i < 0 {
+		return false
+	}
+	session := link[i+1:]
+	if j := strings.Index(session, "/"); j > 0 {
+		session = session[:j]
+	}
+	conns, _ := filepath.Glob("/sys/class/iscsi_connection/connection" + strings.TrimPrefix(session, "session") + ":*")
+	for _, c := range conns {
+		addr, err1 := os.ReadFile(c + "/persistent_address")
+		port, err2 := os.ReadFile(c + "/persistent_port")
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		portal := strings.TrimSpace(string(addr)) + ":" + strings.TrimSpace(string(port))
+		for _, r := range roots {
+			if r == portal {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,656 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/host/state"
+)
+
+// Lock keys. One operation per volume, snapshot or name at a time; a second
+// concurrent call gets ABORTED, as the spec recommends.
+func volKey(id string) string  { return "vol/" + id }
+func snapKey(id string) string { return "snap/" + id }
+func vnameKey(n string) string { return "vname/" + n }
+func snameKey(n string) string { return "sname/" + n }
+func groupKey(n string) string { return "group/" + n }
+func abortedf(what string) error {
+	return errf(codes.Aborted, "an operation on %s is already in progress", what)
+}
+
+// lock takes every key or answers ABORTED.
+func (s *Server) lock(keys ...string) (func(), error) {
+	unlock, ok := s.locks.TryLock(keys...)
+	if !ok {
+		return nil, abortedf(fmt.Sprint(keys))
+	}
+	return unlock, nil
+}
+
+// backendFor resolves the backend named in an ID. ok is false when the ID is
+// not one of ours or its backend is not loaded.
+func (s *Server) backendFor(id string) (*backend, string, bool) {
+	name, local, ok := splitID(id)
+	if !ok {
+		return nil, "", false
+	}
+	b, ok := s.backends.Load().get(name)
+	return b, local, ok
+}
+
+// backendForParams picks the backend of a CreateVolume or GetCapacity from
+// the StorageClass parameter, or the configured default.
+func (s *Server) backendForParams(params map[string]string) (*backend, map[string]string, error) {
+	name, ok := params[s.cfg.BackendParameter]
+	if !ok || name == "" {
+		name = s.cfg.DefaultBackend
+	}
+	if name == "" {
+		return nil, nil, errf(codes.InvalidArgument, "parameter %q missing: it names the backend", s.cfg.BackendParameter)
+	}
+	b, ok := s.backends.Load().get(name)
+	if !ok {
+		return nil, nil, errf(codes.InvalidArgument, "backend %q is not loaded (loaded: %v)", name, s.backends.Load().names)
+	}
+	rest := make(map[string]string, len(params))
+	for k, v := range params {
+		if k != s.cfg.BackendParameter {
+			rest[k] = v
+		}
+	}
+	return b, rest, nil
+}
+
+func volumeRef(v *state.Volume) abi.VolumeRef {
+	return abi.VolumeRef{LocalID: v.LocalID, Context: v.Context, CapacityBytes: v.CapacityBytes}
+}
+
+func snapshotRef(sn *state.Snapshot, src *state.Volume) abi.SnapshotRef {
+	r := abi.SnapshotRef{LocalID: sn.LocalID, Context: sn.Context, SizeBytes: sn.SizeBytes}
+	if src != nil {
+		r.Source = volumeRef(src)
+	}
+	return r
+}
+
+func stateCaps(cs []abi.Capability) []state.Capability {
+	out := make([]state.Capability, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, state.Capability{Block: c.Block, FsType: c.FsType, MountFlags: c.MountFlags, AccessMode: int32(c.AccessMode)})
+	}
+	return out
+}
+
+func abiCaps(cs []state.Capability) []abi.Capability {
+	out := make([]abi.Capability, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, abi.Capability{Block: c.Block, FsType: c.FsType, MountFlags: c.MountFlags, AccessMode: abi.AccessMode(c.AccessMode)})
+	}
+	return out
+}
+
+func csiVolume(v *state.Volume) *csi.Volume {
+	out := &csi.Volume{VolumeId: v.ID, CapacityBytes: v.CapacityBytes, VolumeContext: v.Context}
+	switch {
+	case v.SourceSnapshotID != "":
+		out.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: v.SourceSnapshotID}}}
+	case v.SourceVolumeID != "":
+		out.ContentSource = &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: v.SourceVolumeID}}}
+	}
+	for _, t := range v.Topology {
+		out.AccessibleTopology = append(out.AccessibleTopology, &csi.Topology{Segments: t})
+	}
+	return out
+}
+
+// CreateVolume validates the request, serializes on the name, answers an
+// identical repeat with the recorded volume (and a different one with
+// ALREADY_EXISTS), lets the backend place and provision the volume, and
+// records it durably before answering.
+func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	name := req.GetName()
+	if name == "" {
+		return nil, errf(codes.InvalidArgument, "name missing")
+	}
+	caps, err := capabilitiesFromCSI(req.GetVolumeCapabilities())
+	if err != nil {
+		return nil, err
+	}
+	b, params, err := s.backendForParams(req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range caps {
+		if err := b.supportsCapability(c); err != nil {
+			return nil, errf(codes.InvalidArgument, "%v", err)
+		}
+	}
+	required, limit := req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes()
+	if required < 0 || limit < 0 {
+		return nil, errf(codes.InvalidArgument, "negative capacity range")
+	}
+	if limit > 0 && required > limit {
+		return nil, errf(codes.InvalidArgument, "required_bytes %d above limit_bytes %d", required, limit)
+	}
+	keys := []string{vnameKey(name)}
+	srcSnap, srcVol := req.GetVolumeContentSource().GetSnapshot().GetSnapshotId(), req.GetVolumeContentSource().GetVolume().GetVolumeId()
+	if req.GetVolumeContentSource() != nil && srcSnap == "" && srcVol == "" {
+		return nil, errf(codes.InvalidArgument, "volume content source names no snapshot or volume")
+	}
+	if srcSnap != "" {
+		keys = append(keys, snapKey(srcSnap))
+	}
+	if srcVol != "" {
+		keys = append(keys, volKey(srcVol))
+	}
+	unlock, err := s.lock(keys...)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	if old, err := s.store.VolumeByName(name); err == nil {
+		if err := sameVolume(&old, b.name, required, limit, caps, params, srcSnap, srcVol); err != nil {
+			return nil, errf(codes.AlreadyExists, "volume %q exists with other arguments: %v", name, err)
+		}
+		return &csi.CreateVolumeResponse{Volume: csiVolume(&old)}, nil
+	} else if !errors.Is(err, state.ErrNotFound) {
+		return nil, err
+	}
+
+	mreq := abi.CreateVolumeRequest{
+		Name: name, Parameters: params, Capabilities: caps,
+		Requisite:         topologiesFromCSI(req.GetAccessibilityRequirements().GetRequisite()),
+		Preferred:         topologiesFromCSI(req.GetAccessibilityRequirements().GetPreferred()),
+		MutableParameters: req.GetMutableParameters(),
+	}
+	var sourceSize int64
+	switch {
+	case srcSnap != "":
+		if !b.info.Restore {
+			return nil, errf(codes.InvalidArgument, "backend %q cannot restore snapshots", b.name)
+		}
+		sn, err := s.store.GetSnapshot(srcSnap)
+		if err != nil {
+			return nil, notFoundOr(err, "snapshot %q", srcSnap)
+		}
+		if sn.Backend != b.name {
+			return nil, errf(codes.InvalidArgument, "snapshot %q belongs to backend %q, not %q", srcSnap, sn.Backend, b.name)
+		}
+		var src *state.Volume
+		if v, err := s.store.GetVolume(sn.SourceVolumeID); err == nil {
+			src = &v
+		}
+		ref := snapshotRef(&sn, src)
+		mreq.Source = &abi.VolumeSource{Snapshot: &ref}
+		sourceSize = sn.SizeBytes
+	case srcVol != "":
+		if !b.info.Clone {
+			return nil, errf(codes.InvalidArgument, "backend %q cannot clone volumes", b.name)
+		}
+		v, err := s.store.GetVolume(srcVol)
+		if err != nil {
+			return nil, notFoundOr(err, "volume %q", srcVol)
+		}
+		if v.Backend != b.name {
+			return nil, errf(codes.InvalidArgument, "volume %q belongs to backend %q, not %q", srcVol, v.Backend, b.name)
+		}
+		ref := volumeRef(&v)
+		mreq.Source = &abi.VolumeSource{Volume: &ref}
+		sourceSize = v.CapacityBytes
+	}
+	size, err := b.sizeFor(required, limit, sourceSize)
+	if err != nil {
+		return nil, err
+	}
+	mreq.RequiredBytes, mreq.LimitBytes = size, limit
+
+	var resp abi.CreateVolumeResponse
+	if err := b.call(ctx, abi.OpCreateVolume, &mreq, &resp); err != nil {
+		return nil, err
+	}
+	if !localIDRE.MatchString(resp.LocalID) {
+		return nil, errf(codes.Internal, "backend %q returned an invalid local ID %q", b.name, resp.LocalID)
+	}
+	if resp.CapacityBytes < size || (limit > 0 && resp.CapacityBytes > limit) {
+		return nil, errf(codes.Internal, "backend %q provisioned %d bytes for a request of %d..%d", b.name, resp.CapacityBytes, size, limit)
+	}
+	v := state.Volume{
+		ID: makeID(b.name, resp.LocalID), Name: name, Backend: b.name, LocalID: resp.LocalID,
+		CapacityBytes: resp.CapacityBytes, Parameters: params, Context: resp.Context,
+		Capabilities: stateCaps(caps), SourceSnapshotID: srcSnap, SourceVolumeID: srcVol,
+		CreatedAt: time.Now().UTC(),
+	}
+	for _, t := range resp.Topology {
+		v.Topology = append(v.Topology, t.Segments)
+	}
+	if err := s.store.PutVolume(v); err != nil {
+		return nil, fmt.Errorf("record volume %s: %w", v.ID, err)
+	}
+	return &csi.CreateVolumeResponse{Volume: csiVolume(&v)}, nil
+}
+
+// sizeFor applies the backend's default, minimum, granularity and maximum
+// to a requested range.
+func (b *backend) sizeFor(required, limit, sourceSize int64) (int64, error) {
+	size := required
+	if size == 0 {
+		size = max(sourceSize, b.info.DefaultSizeBytes)
+	}
+	if sourceSize > 0 && size < sourceSize {
+		return 0, errf(codes.OutOfRange, "requested %d bytes, smaller than the source's %d", size, sourceSize)
+	}
+	size = max(size, b.info.MinSizeBytes)
+	size = roundUp(size, b.info.Granularity)
+	if limit > 0 && size > limit {
+		return 0, errf(codes.OutOfRange, "backend %q allocates in units of %d bytes (min %d): no size fits %d..%d", b.name, b.info.Granularity, b.info.MinSizeBytes, required, limit)
+	}
+	if b.info.MaxSizeBytes > 0 && size > b.info.MaxSizeBytes {
+		return 0, errf(codes.OutOfRange, "backend %q volumes are at most %d bytes", b.name, b.info.MaxSizeBytes)
+	}
+	return size, nil
+}
+
+// sameVolume decides whether a repeated CreateVolume asks for the volume
+// that exists; the error says what differs.
+func sameVolume(v *state.Volume, backend string, required, limit int64, caps []abi.Capability, params map[string]string, srcSnap, srcVol string) error {
+	switch {
+	case v.Backend != backend:
+		return fmt.Errorf("backend %q, not %q", v.Backend, backend)
+	case required > 0 && v.CapacityBytes < required:
+		return fmt.Errorf("capacity %d below required %d", v.CapacityBytes, required)
+	case limit > 0 && v.CapacityBytes > limit:
+		return fmt.Errorf("capacity %d above limit %d", v.CapacityBytes, limit)
+	case v.SourceSnapshotID != srcSnap || v.SourceVolumeID != srcVol:
+		return fmt.Errorf("another content source")
+	case !maps.Equal(v.Parameters, params) && !(len(v.Parameters) == 0 && len(params) == 0):
+		return fmt.Errorf("other parameters")
+	}
+	have := abiCaps(v.Capabilities)
+	for _, c := range caps {
+		if !slices.ContainsFunc(have, func(h abi.Capability) bool { return sameCapability(h, c) }) {
+			return fmt.Errorf("capability %+v was not requested at creation", c)
+		}
+	}
+	return nil
+}
+
+func sameCapability(a, b abi.Capability) bool {
+	return a.Block == b.Block && a.FsType == b.FsType && a.AccessMode == b.AccessMode && slices.Equal(a.MountFlags, b.MountFlags)
+}
+
+func notFoundOr(err error, format string, args ...any) error {
+	if errors.Is(err, state.ErrNotFound) {
+		return errf(codes.NotFound, format+" not found", args...)
+	}
+	return err
+}
+
+// DeleteVolume deletes a volume; one that does not exist is success.
+func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "volume_id missing")
+	}
+	unlock, err := s.lock(volKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	v, err := s.store.GetVolume(id)
+	if errors.Is(err, state.ErrNotFound) {
+		return &csi.DeleteVolumeResponse{}, nil
+	} else if err != nil {
+		return nil, err
+	}
+	if len(v.Published) > 0 {
+		return nil, errf(codes.FailedPrecondition, "volume %q is still published to %v", id, slices.Sorted(maps.Keys(v.Published)))
+	}
+	b, ok := s.backends.Load().get(v.Backend)
+	if !ok {
+		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", v.Backend, id)
+	}
+	if err := b.call(ctx, abi.OpDeleteVolume, &abi.DeleteVolumeRequest{Volume: volumeRef(&v)}, &abi.Empty{}); err != nil {
+		return nil, err
+	}
+	if err := s.store.DeleteVolume(id); err != nil {
+		return nil, fmt.Errorf("delete record %s: %w", id, err)
+	}
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// ControllerPublishVolume makes a volume reachable from a node. Backends
+// without controller_publish need nothing from the controller; the host
+// still checks the volume, the node and the access mode, and records the
+// publication.
+func (s *Server) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+	id, nodeID := req.GetVolumeId(), req.GetNodeId()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "volume_id missing")
+	}
+	if nodeID == "" {
+		return nil, errf(codes.InvalidArgument, "node_id missing")
+	}
+	c, err := capabilityFromCSI(req.GetVolumeCapability())
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := s.lock(volKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	v, err := s.store.GetVolume(id)
+	if err != nil {
+		return nil, notFoundOr(err, "volume %q", id)
+	}
+	_, nodeCtx, ok := parseNodeID(nodeID)
+	if !ok {
+		return nil, errf(codes.NotFound, "node %q not found: not a node ID issued by NodeGetInfo", nodeID)
+	}
+	b, ok := s.backends.Load().get(v.Backend)
+	if !ok {
+		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", v.Backend, id)
+	}
+	if err := b.supportsCapability(c); err != nil {
+		return nil, errf(codes.InvalidArgument, "%v", err)
+	}
+	if !slices.ContainsFunc(abiCaps(v.Capabilities), func(h abi.Capability) bool { return h.Block == c.Block }) {
+		return nil, errf(codes.InvalidArgument, "volume %q was not created for this access type", id)
+	}
+	if p, ok := v.Published[nodeID]; ok {
+		if p.ReadOnly != req.GetReadonly() {
+			return nil, errf(codes.AlreadyExists, "volume %q is published to %q with readonly=%v", id, nodeID, p.ReadOnly)
+		}
+		return &csi.ControllerPublishVolumeResponse{PublishContext: p.Context}, nil
+	}
+	if !multiNode(c.AccessMode) && len(v.Published) > 0 {
+		return nil, errf(codes.FailedPrecondition, "volume %q is published to another node and its access mode allows one", id)
+	}
+	var resp abi.ControllerPublishResponse
+	if b.has(abi.OpControllerPublish) {
+		mreq := abi.ControllerPublishRequest{Volume: volumeRef(&v), NodeID: nodeID, ReadOnly: req.GetReadonly(), Capability: c, NodeContext: nodeCtx}
+		if err := b.call(ctx, abi.OpControllerPublish, &mreq, &resp); err != nil {
+			return nil, err
+		}
+	}
+	if v.Published == nil {
+		v.Published = map[string]state.PublishedNode{}
+	}
+	v.Published[nodeID] = state.PublishedNode{ReadOnly: req.GetReadonly(), Context: resp.PublishContext}
+	if err := s.store.PutVolume(v); err != nil {
+		return nil, fmt.Errorf("record publication of %s: %w", id, err)
+	}
+	return &csi.ControllerPublishVolumeResponse{PublishContext: resp.PublishContext}, nil
+}
+
+// ControllerUnpublishVolume revokes a node's access (every node's when
+// node_id is empty). A volume or node that is gone is success.
+func (s *Server) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
+	id, nodeID := req.GetVolumeId(), req.GetNodeId()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "volume_id missing")
+	}
+	unlock, err := s.lock(volKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	v, err := s.store.GetVolume(id)
+	if errors.Is(err, state.ErrNotFound) {
+		return &csi.ControllerUnpublishVolumeResponse{}, nil
+	} else if err != nil {
+		return nil, err
+	}
+	nodes := []string{nodeID}
+	if nodeID == "" {
+		nodes = slices.Sorted(maps.Keys(v.Published))
+	}
+	b, loaded := s.backends.Load().get(v.Backend)
+	for _, n := range nodes {
+		if _, ok := v.Published[n]; !ok {
+			continue
+		}
+		if loaded && b.has(abi.OpControllerUnpublish) {
+			_, nodeCtx, _ := parseNodeID(n)
+			mreq := abi.ControllerUnpublishRequest{Volume: volumeRef(&v), NodeID: n, NodeContext: nodeCtx}
+			if err := b.call(ctx, abi.OpControllerUnpublish, &mreq, &abi.Empty{}); err != nil {
+				return nil, err
+			}
+		} else if !loaded {
+			return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", v.Backend, id)
+		}
+		delete(v.Published, n)
+		if err := s.store.PutVolume(v); err != nil {
+			return nil, fmt.Errorf("record unpublication of %s: %w", id, err)
+		}
+	}
+	return &csi.ControllerUnpublishVolumeResponse{}, nil
+}
+
+// ValidateVolumeCapabilities confirms capabilities the volume's backend
+// supports and that match how the volume was created.
+func (s *Server) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "volume_id missing")
+	}
+	caps, err := capabilitiesFromCSI(req.GetVolumeCapabilities())
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.store.GetVolume(id)
+	if err != nil {
+		return nil, notFoundOr(err, "volume %q", id)
+	}
+	b, ok := s.backends.Load().get(v.Backend)
+	if !ok {
+		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", v.Backend, id)
+	}
+	created := abiCaps(v.Capabilities)
+	for _, c := range caps {
+		if err := b.supportsCapability(c); err != nil {
+			return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
+		}
+		if !slices.ContainsFunc(created, func(h abi.Capability) bool { return h.Block == c.Block }) {
+			return &csi.ValidateVolumeCapabilitiesResponse{Message: "volume was created for another access type"}, nil
+		}
+	}
+	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeContext: req.GetVolumeContext(), VolumeCapabilities: req.GetVolumeCapabilities(), Parameters: req.GetParameters(), MutableParameters: req.GetMutableParameters(),
+	}}, nil
+}
+
+// ListVolumes pages through the records in ID order.
+func (s *Server) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (*csi.ListVolumesResponse, error) {
+	if req.GetMaxEntries() < 0 {
+		return nil, errf(codes.InvalidArgument, "max_entries is negative")
+	}
+	vols, next, err := s.store.ListVolumes(req.GetStartingToken(), int(req.GetMaxEntries()))
+	if errors.Is(err, state.ErrBadToken) {
+		return nil, errf(codes.Aborted, "starting_token %q is not valid", req.GetStartingToken())
+	} else if err != nil {
+		return nil, err
+	}
+	resp := &csi.ListVolumesResponse{NextToken: next}
+	publish := s.advertisesPublish()
+	for i := range vols {
+		e := &csi.ListVolumesResponse_Entry{Volume: csiVolume(&vols[i])}
+		if publish {
+			e.Status = &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: slices.Sorted(maps.Keys(vols[i].Published))}
+		}
+		resp.Entries = append(resp.Entries, e)
+	}
+	return resp, nil
+}
+
+// ControllerGetVolume returns one volume with the nodes it is published to.
+func (s *Server) ControllerGetVolume(ctx context.Context, req *csi.ControllerGetVolumeRequest) (*csi.ControllerGetVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "volume_id missing")
+	}
+	v, err := s.store.GetVolume(id)
+	if err != nil {
+		return nil, notFoundOr(err, "volume %q", id)
+	}
+	return &csi.ControllerGetVolumeResponse{
+		Volume: csiVolume(&v),
+		Status: &csi.ControllerGetVolumeResponse_VolumeStatus{PublishedNodeIds: slices.Sorted(maps.Keys(v.Published))},
+	}, nil
+}
+
+// GetCapacity asks the backend the parameters select.
+func (s *Server) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	b, params, err := s.backendForParams(req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	mreq := abi.GetCapacityRequest{Parameters: params}
+	if req.GetVolumeCapabilities() != nil {
+		caps, err := capabilitiesFromCSI(req.GetVolumeCapabilities())
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range caps {
+			if err := b.supportsCapability(c); err != nil {
+				return &csi.GetCapacityResponse{}, nil // no capacity for what this backend cannot serve
+			}
+		}
+		mreq.Capability = &caps[0]
+	}
+	if t := req.GetAccessibleTopology(); t != nil {
+		mreq.Topology = &abi.Topology{Segments: t.GetSegments()}
+	}
+	var resp abi.GetCapacityResponse
+	if err := b.call(ctx, abi.OpGetCapacity, &mreq, &resp); err != nil {
+		return nil, err
+	}
+	out := &csi.GetCapacityResponse{AvailableCapacity: resp.AvailableBytes}
+	if resp.MaximumVolumeSize > 0 {
+		out.MaximumVolumeSize = wrapperspb.Int64(resp.MaximumVolumeSize)
+	}
+	if resp.MinimumVolumeSize > 0 {
+		out.MinimumVolumeSize = wrapperspb.Int64(resp.MinimumVolumeSize)
+	}
+	return out, nil
+}
+
+func (s *Server) advertisesPublish() bool {
+	return s.backends.Load().any(func(b *backend) bool { return b.has(abi.OpControllerPublish) })
+}
+
+// ControllerGetCapabilities follows from what the loaded backends implement.
+// CSI capabilities are plugin-wide while backends differ: an operation on a
+// volume whose backend lacks it answers UNIMPLEMENTED (see RATIONALE.md).
+func (s *Server) ControllerGetCapabilities(ctx context.Context, _ *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	set := s.backends.Load()
+	types := []csi.ControllerServiceCapability_RPC_Type{
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+		csi.ControllerServiceCapability_RPC_LIST_VOLUMES,
+		csi.ControllerServiceCapability_RPC_GET_VOLUME,
+		csi.ControllerServiceCapability_RPC_GET_VOLUME_HEALTH,
+		csi.ControllerServiceCapability_RPC_LIST_VOLUME_HEALTH,
+	}
+	has := func(op abi.Op) bool { return set.any(func(b *backend) bool { return b.has(op) }) }
+	add := func(ok bool, t ...csi.ControllerServiceCapability_RPC_Type) {
+		if ok {
+			types = append(types, t...)
+		}
+	}
+	add(has(abi.OpControllerPublish), csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
+		csi.ControllerServiceCapability_RPC_PUBLISH_READONLY, csi.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES)
+	add(has(abi.OpGetCapacity), csi.ControllerServiceCapability_RPC_GET_CAPACITY)
+	add(has(abi.OpCreateSnapshot), csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS, csi.ControllerServiceCapability_RPC_GET_SNAPSHOT)
+	add(set.any(func(b *backend) bool { return b.info.Clone }), csi.ControllerServiceCapability_RPC_CLONE_VOLUME)
+	add(has(abi.OpExpandVolume), csi.ControllerServiceCapability_RPC_EXPAND_VOLUME)
+	add(set.any(func(b *backend) bool {
+		return b.supportsMode(abi.AccessSingleNodeMultiWriter) || b.supportsMode(abi.AccessSingleNodeSingleWriter)
+	}), csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER)
+	sort.Slice(types, func(i, j int) bool { return types[i] < types[j] })
+	resp := &csi.ControllerGetCapabilitiesResponse{}
+	for _, t := range types {
+		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
+	}
+	return resp, nil
+}
+
+// ControllerExpandVolume grows a volume. Asking for no more than it has is
+// success with the current size.
+func (s *Server) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "volume_id missing")
+	}
+	if req.GetCapacityRange() == nil {
+		return nil, errf(codes.InvalidArgument, "capacity_range missing")
+	}
+	required, limit := req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes()
+	if required < 0 || limit < 0 || (limit > 0 && required > limit) {
+		return nil, errf(codes.InvalidArgument, "bad capacity range %d..%d", required, limit)
+	}
+	var capability *abi.Capability
+	if req.GetVolumeCapability() != nil {
+		c, err := capabilityFromCSI(req.GetVolumeCapability())
+		if err != nil {
+			return nil, err
+		}
+		capability = &c
+	}
+	unlock, err := s.lock(volKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	v, err := s.store.GetVolume(id)
+	if err != nil {
+		return nil, notFoundOr(err, "volume %q", id)
+	}
+	b, ok := s.backends.Load().get(v.Backend)
+	if !ok {
+		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", v.Backend, id)
+	}
+	nodeExpansion := b.info.NodeExpansion
+	if required <= v.CapacityBytes {
+		return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes, NodeExpansionRequired: nodeExpansion}, nil
+	}
+	if !b.has(abi.OpExpandVolume) {
+		return nil, errf(codes.Unimplemented, "backend %q cannot expand volumes", b.name)
+	}
+	if b.info.ExpandOffline && len(v.Published) > 0 {
+		return nil, errf(codes.FailedPrecondition, "backend %q expands only unpublished volumes; %q is published", b.name, id)
+	}
+	size := roundUp(required, b.info.Granularity)
+	if limit > 0 && size > limit {
+		return nil, errf(codes.OutOfRange, "no size in units of %d bytes fits %d..%d", b.info.Granularity, required, limit)
+	}
+	if b.info.MaxSizeBytes > 0 && size > b.info.MaxSizeBytes {
+		return nil, errf(codes.OutOfRange, "backend %q volumes are at most %d bytes", b.name, b.info.MaxSizeBytes)
+	}
+	var resp abi.ExpandVolumeResponse
+	if err := b.call(ctx, abi.OpExpandVolume, &abi.ExpandVolumeRequest{Volume: volumeRef(&v), RequiredBytes: size, LimitBytes: limit, Capability: capability}, &resp); err != nil {
+		return nil, err
+	}
+	if resp.CapacityBytes < size {
+		return nil, errf(codes.Internal, "backend %q grew volume %q to %d bytes, below the %d asked", b.name, id, resp.CapacityBytes, size)
+	}
+	v.CapacityBytes = resp.CapacityBytes
+	if len(resp.Context) > 0 {
+		v.Context = resp.Context
+	}
+	if err := s.store.PutVolume(v); err != nil {
+		return nil, fmt.Errorf("record expansion of %s: %w", id, err)
+	}
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes, NodeExpansionRequired: resp.NodeExpansionRequired || nodeExpansion}, nil
+}

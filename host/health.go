@@ -1,0 +1,132 @@
+package host
+
+import (
+	"context"
+	"errors"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/host/state"
+)
+
+// Volume and storage health (CSI v1.13). The host reports what it can see
+// itself (a backend that is not loaded, a staged mount or device that is
+// gone) and adds what the backend's volume_health or storage_health says.
+
+func healthEntries(es []abi.HealthEntry) []*csi.VolumeHealth_VolumeHealthEntry {
+	out := make([]*csi.VolumeHealth_VolumeHealthEntry, 0, len(es))
+	for _, e := range es {
+		out = append(out, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType(e.Status), Reason: e.Reason, Message: e.Message})
+	}
+	return out
+}
+
+// volumeHealth asks the backend about one volume (when it can) and adds the
+// host's own findings.
+func (s *Server) volumeHealth(ctx context.Context, id string, mreq abi.VolumeHealthRequest, backendName string) *csi.VolumeHealth {
+	vh := &csi.VolumeHealth{VolumeId: id}
+	b, ok := s.backends.Load().get(backendName)
+	if !ok {
+		vh.HealthStatuses = append(vh.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{
+			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "BackendNotLoaded",
+			Message: "backend " + backendName + " is not loaded",
+		})
+		return vh
+	}
+	if !b.has(abi.OpVolumeHealth) {
+		return vh
+	}
+	var resp abi.HealthResponse
+	if err := b.call(ctx, abi.OpVolumeHealth, &mreq, &resp); err != nil {
+		vh.HealthStatuses = append(vh.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{
+			Status: csi.VolumeHealthErrorType_UNKNOWN_VOLUME_HEALTH_TYPE, Reason: "HealthCheckFailed", Message: err.Error(),
+		})
+		return vh
+	}
+	vh.HealthStatuses = append(vh.HealthStatuses, healthEntries(resp.Entries)...)
+	return vh
+}
+
+// ControllerGetVolumeHealth reports one volume's health.
+func (s *Server) ControllerGetVolumeHealth(ctx context.Context, req *csi.ControllerGetVolumeHealthRequest) (*csi.ControllerGetVolumeHealthResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "volume_id missing")
+	}
+	v, err := s.store.GetVolume(id)
+	if err != nil {
+		return nil, notFoundOr(err, "volume %q", id)
+	}
+	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: s.volumeHealth(ctx, id, abi.VolumeHealthRequest{Volume: volumeRef(&v)}, v.Backend)}, nil
+}
+
+// ControllerListVolumeHealth pages through every volume's health.
+func (s *Server) ControllerListVolumeHealth(ctx context.Context, req *csi.ControllerListVolumeHealthRequest) (*csi.ControllerListVolumeHealthResponse, error) {
+	if req.GetMaxEntries() < 0 {
+		return nil, errf(codes.InvalidArgument, "max_entries is negative")
+	}
+	vols, next, err := s.store.ListVolumes(req.GetStartingToken(), int(req.GetMaxEntries()))
+	if errors.Is(err, state.ErrBadToken) {
+		return nil, errf(codes.Aborted, "starting_token %q is not valid", req.GetStartingToken())
+	} else if err != nil {
+		return nil, err
+	}
+	resp := &csi.ControllerListVolumeHealthResponse{NextToken: next}
+	for i := range vols {
+		resp.Entries = append(resp.Entries, s.volumeHealth(ctx, vols[i].ID, abi.VolumeHealthRequest{Volume: volumeRef(&vols[i])}, vols[i].Backend))
+	}
+	return resp, nil
+}
+
+// NodeGetVolumeHealth reports a volume's health on this node: its staging
+// mount or device must be present, and the backend may add more.
+func (s *Server) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "volume_id missing")
+	}
+	rec, err := s.store.GetStage(id)
+	if errors.Is(err, state.ErrNotFound) {
+		return nil, errf(codes.NotFound, "volume %q is not on this node", id)
+	} else if err != nil {
+		return nil, err
+	}
+	mreq := abi.VolumeHealthRequest{
+		Volume: nodeVolumeRef(id, rec.VolumeContext), OnNode: true, Device: rec.Device,
+		StagingPath: rec.StagingPath, PublishPath: req.GetVolumePublishPath(),
+	}
+	vh := s.volumeHealth(ctx, id, mreq, rec.Backend)
+	if ok, err := s.node.stagePresent(&rec); err != nil || !ok {
+		msg := "staging mount or device is gone"
+		if err != nil {
+			msg = err.Error()
+		}
+		vh.HealthStatuses = append(vh.HealthStatuses, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: "StagingLost", Message: msg})
+	}
+	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: vh}, nil
+}
+
+// NodeGetStorageHealth gathers every backend's storage_health.
+func (s *Server) NodeGetStorageHealth(ctx context.Context, _ *csi.NodeGetStorageHealthRequest) (*csi.NodeGetStorageHealthResponse, error) {
+	resp := &csi.NodeGetStorageHealthResponse{}
+	for _, b := range s.backends.Load().all() {
+		if !b.has(abi.OpStorageHealth) {
+			continue
+		}
+		var hr abi.HealthResponse
+		if err := b.call(ctx, abi.OpStorageHealth, &abi.Empty{}, &hr); err != nil {
+			resp.BackendHealth = append(resp.BackendHealth, &csi.NodeGetStorageHealthResponse_StorageBackendHealth{
+				Status: csi.StorageHealthErrorType_UNKNOWN_STORAGE_HEALTH_ERROR_TYPE, Reason: "HealthCheckFailed", Message: b.name + ": " + err.Error(),
+			})
+			continue
+		}
+		for _, e := range hr.Entries {
+			resp.BackendHealth = append(resp.BackendHealth, &csi.NodeGetStorageHealthResponse_StorageBackendHealth{
+				Status: csi.StorageHealthErrorType(e.Status), Reason: e.Reason, Message: b.name + ": " + e.Message,
+			})
+		}
+	}
+	return resp, nil
+}

@@ -1,0 +1,467 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/host/state"
+)
+
+// The node service. A module's node_stage only says which device or
+// directory holds the volume; the host does the generic steps (format when
+// blank, mount, bind, block publish, stats, filesystem growth) the same way
+// for every backend, and records each stage and publication so that a
+// repeated call, a daemon restart or a reboot finds what to re-create
+// instead of failing or mounting twice.
+
+// nodeBackend resolves the backend of a node request; a volume ID that is
+// not ours, or whose backend is not loaded, is NOT_FOUND on this node.
+func (s *Server) nodeBackend(id string) (*backend, error) {
+	b, _, ok := s.backendFor(id)
+	if !ok {
+		return nil, errf(codes.NotFound, "volume %q not found: no loaded backend owns it", id)
+	}
+	return b, nil
+}
+
+func nodeVolumeRef(id string, volCtx map[string]string) abi.VolumeRef {
+	_, local, _ := splitID(id)
+	return abi.VolumeRef{LocalID: local, Context: volCtx}
+}
+
+// NodeStageVolume asks the backend for the volume's device or directory and
+// mounts it at the staging path.
+func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "volume_id missing")
+	}
+	if staging == "" {
+		return nil, errf(codes.InvalidArgument, "staging_target_path missing")
+	}
+	c, err := capabilityFromCSI(req.GetVolumeCapability())
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.nodeBackend(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.supportsCapability(c); err != nil {
+		return nil, errf(codes.InvalidArgument, "%v", err)
+	}
+	unlock, err := s.lock(volKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if old, err := s.store.GetStage(id); err == nil {
+		if old.StagingPath != staging {
+			return nil, errf(codes.FailedPrecondition, "volume %q is staged at %q", id, old.StagingPath)
+		}
+		if old.Block != c.Block || (!c.Block && c.FsType != "" && c.FsType != old.FsType) {
+			return nil, errf(codes.AlreadyExists, "volume %q is staged at %q with another capability", id, staging)
+		}
+		if err := s.ensureStaged(ctx, b, &old, req.GetPublishContext(), req.GetSecrets()); err != nil {
+			return nil, err
+		}
+		return &csi.NodeStageVolumeResponse{}, nil
+	} else if !errors.Is(err, state.ErrNotFound) {
+		return nil, err
+	}
+	rec := state.Stage{
+		VolumeID: id, StagingPath: staging, Backend: b.name, Block: c.Block,
+		FsType: c.FsType, MountFlags: c.MountFlags, AccessMode: int32(c.AccessMode),
+		VolumeContext: req.GetVolumeContext(), StagedAt: time.Now().UTC(),
+	}
+	if !c.Block && rec.FsType == "" {
+		rec.FsType = b.info.DefaultFsType
+	}
+	if err := s.stage(ctx, b, &rec, req.GetPublishContext(), req.GetSecrets()); err != nil {
+		return nil, err
+	}
+	if err := s.store.PutStage(rec); err != nil {
+		return nil, fmt.Errorf("record stage of %s: %w", id, err)
+	}
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// stage runs the backend's node_stage and the generic steps, and releases
+// what the backend set up when a generic step fails.
+func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publishCtx, secrets map[string]string) error {
+	if !b.has(abi.OpNodeStage) {
+		return errf(codes.FailedPrecondition, "backend %q has no node_stage: it cannot serve volumes on nodes", b.name)
+	}
+	c := abi.Capability{Block: rec.Block, FsType: rec.FsType, MountFlags: rec.MountFlags, AccessMode: abi.AccessMode(rec.AccessMode)}
+	mreq := abi.NodeStageRequest{Volume: nodeVolumeRef(rec.VolumeID, rec.VolumeContext), PublishContext: publishCtx, StagingPath: rec.StagingPath, Capability: c, Secrets: secrets}
+	var resp abi.NodeStageResponse
+	if err := b.call(ctx, abi.OpNodeStage, &mreq, &resp); err != nil {
+		return err
+	}
+	if (resp.Device == "") == (resp.Directory == "") {
+		return errf(codes.Internal, "backend %q node_stage must name exactly one of device or directory", b.name)
+	}
+	rec.Device, rec.Directory, rec.Context = resp.Device, resp.Directory, resp.Context
+	rec.BackendFlags = resp.MountFlags
+	var err error
+	if rec.Directory != "" {
+		rec.Directory, err = s.confineDirectory(b, rec.Directory)
+	} else {
+		rec.Device, err = s.confineDevice(ctx, b, rec.Device)
+	}
+	if err != nil {
+		s.release(ctx, b, rec)
+		return err
+	}
+	switch {
+	case rec.Directory != "" && rec.Block:
+		err = errf(codes.InvalidArgument, "backend %q serves directories, not block devices", b.name)
+	case rec.Directory != "":
+		err = s.node.bind(ctx, rec.Directory, rec.StagingPath, readOnlyMode(abi.AccessMode(rec.AccessMode)), false)
+	case rec.Block:
+		err = s.node.checkDevice(rec.Device)
+	default:
+		err = s.node.formatAndMount(ctx, rec.Device, rec.StagingPath, rec.FsType, append(slices.Clone(rec.MountFlags), rec.BackendFlags...), readOnlyMode(abi.AccessMode(rec.AccessMode)))
+	}
+	if err != nil {
+		s.release(ctx, b, rec)
+		return err
+	}
+	return nil
+}
+
+// ensureStaged re-creates a recorded stage whose mount or device is gone
+// (daemon restart, reboot); it does nothing when all is in place.
+func (s *Server) ensureStaged(ctx context.Context, b *backend, rec *state.Stage, publishCtx, secrets map[string]string) error {
+	ok, err := s.node.stagePresent(rec)
+	if err != nil || ok {
+		return err
+	}
+	s.log.Info("re-staging volume", "volume", rec.VolumeID, "staging", rec.StagingPath)
+	if err := s.stage(ctx, b, rec, publishCtx, secrets); err != nil {
+		return err
+	}
+	return s.store.PutStage(*rec)
+}
+
+// release undoes node_stage after a failure.
+func (s *Server) release(ctx context.Context, b *backend, rec *state.Stage) {
+	if err := s.node.unmount(ctx, rec.StagingPath); err != nil {
+		s.log.Warn("unmount after failed stage", "path", rec.StagingPath, "err", err)
+	}
+	if !b.has(abi.OpNodeUnstage) {
+		return
+	}
+	mreq := abi.NodeUnstageRequest{Volume: nodeVolumeRef(rec.VolumeID, rec.VolumeContext), Device: rec.Device, Directory: rec.Directory, StageContext: rec.Context}
+	if err := b.call(ctx, abi.OpNodeUnstage, &mreq, &abi.Empty{}); err != nil {
+		s.log.Warn("node_unstage after failed stage", "volume", rec.VolumeID, "err", err)
+	}
+}
+
+// NodeUnstageVolume unmounts the staging path and lets the backend release
+// the storage. A volume that is not staged is success.
+func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	id, staging := req.GetVolumeId(), req.GetStagingTargetPath()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "volume_id missing")
+	}
+	if staging == "" {
+		return nil, errf(codes.InvalidArgument, "staging_target_path missing")
+	}
+	unlock, err := s.lock(volKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	rec, err := s.store.GetStage(id)
+	if errors.Is(err, state.ErrNotFound) || (err == nil && rec.StagingPath != staging) {
+		if err := s.node.unmount(ctx, staging); err != nil {
+			return nil, err
+		}
+		return &csi.NodeUnstageVolumeResponse{}, nil
+	} else if err != nil {
+		return nil, err
+	}
+	pubs, err := s.store.PublishesOf(id)
+	if err != nil {
+		return nil, err
+	}
+	if len(pubs) > 0 {
+		return nil, errf(codes.FailedPrecondition, "volume %q is still published at %q", id, pubs[0].TargetPath)
+	}
+	if err := s.node.unmount(ctx, staging); err != nil {
+		return nil, err
+	}
+	if b, ok := s.backends.Load().get(rec.Backend); ok && b.has(abi.OpNodeUnstage) {
+		mreq := abi.NodeUnstageRequest{Volume: nodeVolumeRef(id, rec.VolumeContext), Device: rec.Device, Directory: rec.Directory, StageContext: rec.Context}
+		if err := b.call(ctx, abi.OpNodeUnstage, &mreq, &abi.Empty{}); err != nil {
+			return nil, err
+		}
+	} else if !ok {
+		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", rec.Backend, id)
+	}
+	if err := s.store.DeleteStage(id); err != nil {
+		return nil, fmt.Errorf("delete stage record %s: %w", id, err)
+	}
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// NodePublishVolume binds the staged volume (or its device node) to the
+// target path.
+func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	id, target, staging := req.GetVolumeId(), req.GetTargetPath(), req.GetStagingTargetPath()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "volume_id missing")
+	}
+	if target == "" {
+		return nil, errf(codes.InvalidArgument, "target_path missing")
+	}
+	c, err := capabilityFromCSI(req.GetVolumeCapability())
+	if err != nil {
+		return nil, err
+	}
+	if staging == "" {
+		return nil, errf(codes.InvalidArgument, "staging_target_path missing: this plugin stages volumes")
+	}
+	b, err := s.nodeBackend(id)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := s.lock(volKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	rec, err := s.store.GetStage(id)
+	if errors.Is(err, state.ErrNotFound) || (err == nil && rec.StagingPath != staging) {
+		return nil, errf(codes.FailedPrecondition, "volume %q is not staged at %q", id, staging)
+	} else if err != nil {
+		return nil, err
+	}
+	if rec.Block != c.Block {
+		return nil, errf(codes.InvalidArgument, "volume %q is staged for another access type", id)
+	}
+	if err := s.ensureStaged(ctx, b, &rec, req.GetPublishContext(), req.GetSecrets()); err != nil {
+		return nil, err
+	}
+	readOnly := req.GetReadonly() || readOnlyMode(c.AccessMode)
+	pubs, err := s.store.PublishesOf(id)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pubs {
+		if p.TargetPath == target {
+			if p.ReadOnly != readOnly || p.Block != c.Block {
+				return nil, errf(codes.AlreadyExists, "volume %q is published at %q with other arguments", id, target)
+			}
+			if err := s.publish(ctx, &rec, &p); err != nil {
+				return nil, err
+			}
+			return &csi.NodePublishVolumeResponse{}, nil
+		}
+	}
+	if c.AccessMode == abi.AccessSingleNodeSingleWriter && len(pubs) > 0 {
+		return nil, errf(codes.FailedPrecondition, "volume %q allows a single writer and is published at %q", id, pubs[0].TargetPath)
+	}
+	p := state.Publish{VolumeID: id, TargetPath: target, StagingPath: staging, ReadOnly: readOnly, Block: c.Block, MountFlags: c.MountFlags, PublishedAt: time.Now().UTC()}
+	if err := s.publish(ctx, &rec, &p); err != nil {
+		return nil, err
+	}
+	if err := s.store.PutPublish(p); err != nil {
+		return nil, fmt.Errorf("record publication of %s at %s: %w", id, target, err)
+	}
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+func (s *Server) publish(ctx context.Context, rec *state.Stage, p *state.Publish) error {
+	if p.Block {
+		return s.node.bind(ctx, rec.Device, p.TargetPath, p.ReadOnly, true)
+	}
+	return s.node.bind(ctx, rec.StagingPath, p.TargetPath, p.ReadOnly, false)
+}
+
+// NodeUnpublishVolume unmounts the target path and removes it. A target
+// that is not mounted is success.
+func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	id, target := req.GetVolumeId(), req.GetTargetPath()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "volume_id missing")
+	}
+	if target == "" {
+		return nil, errf(codes.InvalidArgument, "target_path missing")
+	}
+	unlock, err := s.lock(volKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := s.node.unpublish(ctx, target); err != nil {
+		return nil, err
+	}
+	if err := s.store.DeletePublish(id, target); err != nil && !errors.Is(err, state.ErrNotFound) {
+		return nil, fmt.Errorf("delete publication record %s at %s: %w", id, target, err)
+	}
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// volumeOnPath finds the stage record of a volume and checks that path is
+// its staging path or one of its publication targets.
+func (s *Server) volumeOnPath(id, path string) (*state.Stage, bool, error) {
+	rec, err := s.store.GetStage(id)
+	if errors.Is(err, state.ErrNotFound) {
+		return nil, false, errf(codes.NotFound, "volume %q is not staged on this node", id)
+	} else if err != nil {
+		return nil, false, err
+	}
+	if path == rec.StagingPath {
+		return &rec, rec.Block, nil
+	}
+	p, err := s.store.GetPublish(id, path)
+	if errors.Is(err, state.ErrNotFound) {
+		return nil, false, errf(codes.NotFound, "volume %q is not at %q", id, path)
+	} else if err != nil {
+		return nil, false, err
+	}
+	return &rec, p.Block, nil
+}
+
+// NodeGetVolumeStats reports bytes and inodes of a mounted volume, or the
+// size of a block volume.
+func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	id, path := req.GetVolumeId(), req.GetVolumePath()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "volume_id missing")
+	}
+	if path == "" {
+		return nil, errf(codes.InvalidArgument, "volume_path missing")
+	}
+	rec, block, err := s.volumeOnPath(id, path)
+	if err != nil {
+		return nil, err
+	}
+	if block {
+		size, err := s.node.deviceSize(rec.Device)
+		if err != nil {
+			return nil, errf(codes.NotFound, "device of volume %q: %v", id, err)
+		}
+		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: size}}}, nil
+	}
+	usage, err := s.node.usage(path)
+	if err != nil {
+		return nil, errf(codes.NotFound, "stats of %q: %v", path, err)
+	}
+	return &csi.NodeGetVolumeStatsResponse{Usage: usage}, nil
+}
+
+// NodeExpandVolume lets the backend make the device show its new size and
+// grows the filesystem on it.
+func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+	id, path := req.GetVolumeId(), req.GetVolumePath()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "volume_id missing")
+	}
+	if path == "" {
+		return nil, errf(codes.InvalidArgument, "volume_path missing")
+	}
+	if req.GetVolumeCapability() != nil {
+		if _, err := capabilityFromCSI(req.GetVolumeCapability()); err != nil {
+			return nil, err
+		}
+	}
+	unlock, err := s.lock(volKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	rec, block, err := s.volumeOnPath(id, path)
+	if err != nil {
+		return nil, err
+	}
+	b, ok := s.backends.Load().get(rec.Backend)
+	if !ok {
+		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", rec.Backend, id)
+	}
+	var capacity int64
+	if b.has(abi.OpNodeExpand) {
+		var resp abi.NodeExpandResponse
+		mreq := abi.NodeExpandRequest{Volume: nodeVolumeRef(id, rec.VolumeContext), Device: rec.Device, RequiredBytes: req.GetCapacityRange().GetRequiredBytes(), StageContext: rec.Context}
+		if err := b.call(ctx, abi.OpNodeExpand, &mreq, &resp); err != nil {
+			return nil, err
+		}
+		capacity = resp.CapacityBytes
+	}
+	if rec.Device != "" && !block && !rec.Block {
+		if err := s.node.growFS(ctx, rec.Device, rec.StagingPath, rec.FsType); err != nil {
+			return nil, err
+		}
+	}
+	if rec.Device != "" && capacity == 0 {
+		if capacity, err = s.node.deviceSize(rec.Device); err != nil {
+			return nil, err
+		}
+	}
+	return &csi.NodeExpandVolumeResponse{CapacityBytes: capacity}, nil
+}
+
+// NodeGetCapabilities lists what the node service does.
+func (s *Server) NodeGetCapabilities(ctx context.Context, _ *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	set := s.backends.Load()
+	types := []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
+		csi.NodeServiceCapability_RPC_GET_STORAGE_HEALTH,
+	}
+	if set.any(func(b *backend) bool { return b.info.NodeExpansion }) {
+		types = append(types, csi.NodeServiceCapability_RPC_EXPAND_VOLUME)
+	}
+	if set.any(func(b *backend) bool {
+		return b.supportsMode(abi.AccessSingleNodeMultiWriter) || b.supportsMode(abi.AccessSingleNodeSingleWriter)
+	}) {
+		types = append(types, csi.NodeServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER)
+	}
+	slices.Sort(types)
+	resp := &csi.NodeGetCapabilitiesResponse{}
+	for _, t := range types {
+		resp.Capabilities = append(resp.Capabilities, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}}})
+	}
+	return resp, nil
+}
+
+// NodeGetInfo reports the node ID (with what backends tell the controller
+// about this node), the union of the backends' topology segments and the
+// smallest per-node volume limit any backend has.
+func (s *Server) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	nodeCtx := map[string]string{}
+	segments := map[string]string{}
+	var maxVolumes int64
+	for _, b := range s.backends.Load().all() {
+		if m := b.info.MaxVolumesPerNode; m > 0 && (maxVolumes == 0 || m < maxVolumes) {
+			maxVolumes = m
+		}
+		if !b.has(abi.OpNodeInfo) {
+			continue
+		}
+		var resp abi.NodeInfoResponse
+		if err := b.call(ctx, abi.OpNodeInfo, &abi.Empty{}, &resp); err != nil {
+			return nil, fmt.Errorf("backend %s node_info: %w", b.name, err)
+		}
+		maps.Copy(nodeCtx, resp.Context)
+		if resp.Topology != nil {
+			maps.Copy(segments, resp.Topology.Segments)
+		}
+	}
+	out := &csi.NodeGetInfoResponse{NodeId: makeNodeID(s.cfg.NodeID, nodeCtx), MaxVolumesPerNode: maxVolumes}
+	if len(segments) > 0 {
+		out.AccessibleTopology = &csi.Topology{Segments: segments}
+	}
+	return out, nil
+}

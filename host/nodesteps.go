@@ -1,0 +1,150 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+
+	"github.com/wasmcsi/wasmcsi/host/state"
+	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
+	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
+)
+
+// nodeSteps are the generic node steps every backend shares. They are
+// idempotent: each checks what is already there before it acts, so a repeat
+// after a crash or restart converges instead of stacking mounts.
+type nodeSteps struct {
+	log *slog.Logger
+}
+
+func newNodeSteps(log *slog.Logger) *nodeSteps { return &nodeSteps{log: log} }
+
+// formatAndMount puts a filesystem on a blank device (never on one that
+// holds any signature) and mounts it at target.
+func (n *nodeSteps) formatAndMount(ctx context.Context, dev, target, fstype string, flags []string, readOnly bool) error {
+	if err := os.MkdirAll(target, 0o750); err != nil {
+		return fmt.Errorf("create staging path %s: %w", target, err)
+	}
+	found, err := fs.Probe(ctx, dev)
+	if err != nil {
+		return fmt.Errorf("probe %s: %w", dev, err)
+	}
+	switch {
+	case found == "" && readOnly:
+		return errf(codes.FailedPrecondition, "device %s is blank and the volume is read-only: nothing to mount", dev)
+	case found == "":
+		if fstype == "" {
+			fstype = "ext4"
+		}
+		if err := fs.Make(ctx, dev, fstype, fs.MakeOptions{}); err != nil {
+			return fmt.Errorf("make %s on %s: %w", fstype, dev, err)
+		}
+	case fstype != "" && found != fstype:
+		return errf(codes.FailedPrecondition, "device %s holds %s, not the requested %s: refusing to format it", dev, found, fstype)
+	default:
+		fstype = found
+	}
+	if readOnly && !slices.Contains(flags, "ro") {
+		flags = append(slices.Clone(flags), "ro")
+	}
+	if fstype == "xfs" && !slices.Contains(flags, "nouuid") {
+		// Clones and restored snapshots share their origin's UUID; XFS
+		// refuses a second mount of one UUID without nouuid.
+		flags = append(slices.Clone(flags), "nouuid")
+	}
+	_, err = mount.Mount(ctx, dev, target, fstype, flags)
+	return err
+}
+
+// bind bind-mounts src at target; file is true for a block device node.
+func (n *nodeSteps) bind(ctx context.Context, src, target string, readOnly, file bool) error {
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		return fmt.Errorf("create parent of %s: %w", target, err)
+	}
+	_, err := mount.Bind(ctx, src, target, readOnly)
+	return err
+}
+
+// checkDevice checks that a block device node exists.
+func (n *nodeSteps) checkDevice(dev string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil {
+		return fmt.Errorf("device %s: %w", dev, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return errf(codes.Internal, "%s is not a block device", dev)
+	}
+	return nil
+}
+
+// stagePresent reports whether a recorded stage is still in place: the
+// staging mount for mount access, the device for block access.
+func (n *nodeSteps) stagePresent(rec *state.Stage) (bool, error) {
+	if rec.Block {
+		if rec.Device == "" {
+			return false, nil
+		}
+		err := n.checkDevice(rec.Device)
+		return err == nil, nil
+	}
+	ok, err := mount.IsMountPoint(rec.StagingPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if !ok || err != nil {
+		return false, err
+	}
+	if rec.Device != "" {
+		// A reboot can hand the same loop device number to another file;
+		// the device being present is not enough, it must be ours.
+		if err := n.checkDevice(rec.Device); err != nil {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// unmount unmounts path if it is mounted.
+func (n *nodeSteps) unmount(ctx context.Context, path string) error {
+	_, err := mount.Unmount(ctx, path)
+	return err
+}
+
+// unpublish unmounts a target and removes the directory or file the
+// publication created.
+func (n *nodeSteps) unpublish(ctx context.Context, target string) error {
+	if _, err := mount.Unmount(ctx, target); err != nil {
+		return err
+	}
+	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove target %s: %w", target, err)
+	}
+	return nil
+}
+
+func (n *nodeSteps) deviceSize(dev string) (int64, error) {
+	return fs.DeviceSize(context.Background(), dev)
+}
+
+func (n *nodeSteps) usage(path string) ([]*csi.VolumeUsage, error) {
+	st, err := fs.Stats(context.Background(), path)
+	if err != nil {
+		return nil, err
+	}
+	return []*csi.VolumeUsage{
+		{Unit: csi.VolumeUsage_BYTES, Total: st.TotalBytes, Available: st.AvailableBytes, Used: st.UsedBytes},
+		{Unit: csi.VolumeUsage_INODES, Total: st.TotalInodes, Available: st.FreeInodes, Used: st.UsedInodes},
+	}, nil
+}
+
+func (n *nodeSteps) growFS(ctx context.Context, dev, mountPath, fstype string) error {
+	return fs.Grow(ctx, dev, mountPath, fstype)
+}

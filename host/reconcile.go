@@ -1,0 +1,142 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/moby/sys/mountinfo"
+
+	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
+	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
+)
+
+// Start-up reconciliation. After a daemon restart the records and the
+// kernel agree; after a reboot every mount and loop device is gone and the
+// records still list them: NodeStageVolume and NodePublishVolume re-create
+// them when the CO calls again (kubelet does after a reboot), so nothing is
+// done eagerly here. What the daemon owns that no record explains — a loop
+// device backed by a file in a granted pool, a mount of such a device or of
+// a pool directory — is reported, and released when clean is set.
+
+// Finding is one thing reconciliation found.
+type Finding struct {
+	Kind   string // "stage-lost", "orphan-loop", "orphan-mount"
+	Path   string
+	Detail string
+}
+
+func (f Finding) String() string { return f.Kind + " " + f.Path + ": " + f.Detail }
+
+// Reconcile compares the node records with the kernel's loop devices and
+// mounts, logs every finding and, with clean, releases orphans.
+func (s *Server) Reconcile(ctx context.Context, clean bool) []Finding {
+	findings, err := s.reconcile(ctx, clean)
+	if err != nil {
+		s.log.Warn("reconcile", "err", err)
+	}
+	for _, f := range findings {
+		s.log.Warn("reconcile", "kind", f.Kind, "path", f.Path, "detail", f.Detail, "cleaned", clean && f.Kind != "stage-lost")
+	}
+	return findings
+}
+
+func (s *Server) reconcile(ctx context.Context, clean bool) ([]Finding, error) {
+	if s.cfg.Role == "controller" {
+		return nil, nil
+	}
+	stages, _, err := s.store.ListStages("", 0)
+	if err != nil {
+		return nil, err
+	}
+	known := map[string]bool{} // devices, staging paths and targets the records explain
+	var out []Finding
+	for i := range stages {
+		rec := &stages[i]
+		known[rec.StagingPath] = true
+		if rec.Device != "" {
+			known[rec.Device] = true
+		}
+		if ok, _ := s.node.stagePresent(rec); !ok {
+			out = append(out, Finding{Kind: "stage-lost", Path: rec.StagingPath, Detail: fmt.Sprintf("volume %s will be re-staged on its next NodeStage or NodePublish", rec.VolumeID)})
+		}
+	}
+	pubs, _, err := s.store.ListPublishes("", 0)
+	if err != nil {
+		return out, err
+	}
+	for _, p := range pubs {
+		known[p.TargetPath] = true
+	}
+	var roots []string
+	for _, m := range s.cfg.Modules {
+		roots = append(roots, m.Roots...)
+	}
+	inRoots := func(p string) bool {
+		return slices.ContainsFunc(roots, func(r string) bool { return p == r || strings.HasPrefix(p, r+string(filepath.Separator)) })
+	}
+	ours := map[string]bool{} // loop devices backed by pool files
+	devs, err := loop.List(ctx)
+	if err != nil {
+		return out, err
+	}
+	for _, d := range devs {
+		if !inRoots(d.BackingFile) {
+			continue
+		}
+		ours[d.Path] = true
+		if known[d.Path] {
+			continue
+		}
+		out = append(out, Finding{Kind: "orphan-loop", Path: d.Path, Detail: "backed by " + d.BackingFile + " with no stage record"})
+	}
+	mounts, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) {
+		return !(ours[i.Source] || inRoots(i.Root) && i.Root != "/"), false
+	})
+	if err != nil {
+		return out, err
+	}
+	var orphanMounts []string
+	for _, m := range mounts {
+		if known[m.Mountpoint] || inRoots(m.Mountpoint) {
+			continue
+		}
+		out = append(out, Finding{Kind: "orphan-mount", Path: m.Mountpoint, Detail: "mount of " + m.Source + m.Root + " with no record"})
+		orphanMounts = append(orphanMounts, m.Mountpoint)
+	}
+	if !clean {
+		return out, nil
+	}
+	// Deepest mounts first, then the devices they held.
+	slices.SortFunc(orphanMounts, func(a, b string) int { return len(b) - len(a) })
+	for _, m := range orphanMounts {
+		if _, err := mount.Unmount(ctx, m); err != nil {
+			s.log.Warn("reconcile: unmount", "path", m, "err", err)
+		}
+	}
+	for _, f := range out {
+		if f.Kind == "orphan-loop" {
+			if err := loop.Detach(ctx, f.Path); err != nil {
+				s.log.Warn("reconcile: detach", "device", f.Path, "err", err)
+			}
+		}
+	}
+	return out, nil
+}
+
+// Describe returns one line per loaded backend: what it is and offers.
+func (s *Server) Describe() []string {
+	var out []string
+	for _, b := range s.backends.Load().all() {
+		var ops []string
+		for op := range b.ops {
+			ops = append(ops, string(op))
+		}
+		slices.Sort(ops)
+		out = append(out, fmt.Sprintf("%s %s sha256:%s mount=%v block=%v fs=%v modes=%v granularity=%d ops=%s",
+			b.name, b.info.Version, b.mod.Digest(), b.info.Mount, b.info.Block, b.info.FsTypes, b.info.AccessModes, b.info.Granularity, strings.Join(ops, ",")))
+	}
+	return out
+}

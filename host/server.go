@@ -1,0 +1,224 @@
+// Package host serves the Container Storage Interface. It owns the spec's
+// rules (required fields, error codes, idempotency, one operation per volume
+// at a time), the durable records of volumes and snapshots, the generic node
+// steps every block or directory backend shares, and the routing of each
+// request to the backend module that owns the volume.
+//
+// host never runs storage policy itself: placement, parameters and the order
+// of privileged steps belong to the modules. It never holds a global lock
+// across a call into a module or the kernel.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+
+	"github.com/wasmcsi/wasmcsi/host/config"
+	"github.com/wasmcsi/wasmcsi/host/keylock"
+	"github.com/wasmcsi/wasmcsi/host/state"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/modules"
+)
+
+// Version is the daemon's version, set at build time with
+// -ldflags "-X github.com/wasmcsi/wasmcsi/host.Version=v1.2.3".
+var Version = "dev"
+
+// Server implements every CSI service.
+type Server struct {
+	csi.UnimplementedIdentityServer
+	csi.UnimplementedControllerServer
+	csi.UnimplementedNodeServer
+	csi.UnimplementedGroupControllerServer
+	csi.UnimplementedSnapshotMetadataServer
+
+	cfg      *config.Config
+	log      *slog.Logger
+	store    *state.Store
+	rt       *modules.Runtime
+	locks    *keylock.Locks
+	infos    infoCache
+	backends atomic.Pointer[backendSet]
+	node     *nodeSteps
+	metrics  *metrics
+	ready    atomic.Bool
+}
+
+// Options are what New needs besides the configuration.
+type Options struct {
+	Log *slog.Logger
+	// HostCalls offered to modules; nil means DefaultHostCalls().
+	HostCalls map[string]hostcalls.Func
+	// Metrics registers the daemon's metrics when set.
+	Metrics MetricsRegisterer
+}
+
+// New opens the records, starts the module runtime and loads every module.
+// A module that fails to load is logged and left out; the daemon serves the
+// others.
+func New(ctx context.Context, cfg *config.Config, opt Options) (*Server, error) {
+	log := opt.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	store, err := state.Open(filepath.Join(cfg.StateDir, "wasmcsi.db"))
+	if err != nil {
+		return nil, fmt.Errorf("open records: %w", err)
+	}
+	s := &Server{cfg: cfg, log: log, store: store, locks: keylock.New()}
+	s.metrics = newMetrics(opt.Metrics)
+	s.node = newNodeSteps(log)
+
+	calls := opt.HostCalls
+	if calls == nil {
+		calls = DefaultHostCalls()
+	}
+	grants := map[string]modules.Grant{}
+	for name, m := range cfg.Modules {
+		grants[name] = modules.Grant{HostCalls: m.HostCalls, Roots: m.Roots, Config: m.Config}
+		if err := createPools(m); err != nil {
+			store.Close()
+			return nil, fmt.Errorf("module %s: %w", name, err)
+		}
+	}
+	pins := map[string]string{}
+	for name, m := range cfg.Modules {
+		if m.SHA256 != "" {
+			pins[name] = m.SHA256
+		}
+	}
+	if cfg.CacheDir != "" {
+		if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
+			store.Close()
+			return nil, fmt.Errorf("cache dir: %w", err)
+		}
+	}
+	rt, err := modules.New(ctx, modules.Config{
+		Dir:          cfg.ModuleDir,
+		CacheDir:     cfg.CacheDir,
+		PreferTinyGo: cfg.PreferTinyGo,
+		Pins:         pins,
+		Limits: modules.Limits{
+			CallTimeout:    cfg.Limits.CallTimeout,
+			MemoryPages:    cfg.Limits.MemoryPages,
+			PoolSize:       cfg.Limits.PoolSize,
+			AcquireTimeout: cfg.Limits.AcquireTimeout,
+		},
+		Grants:    grants,
+		HostCalls: calls,
+		OnLoad:    s.onLoad,
+		Log:       log,
+		Metrics:   opt.Metrics,
+	})
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("module runtime: %w", err)
+	}
+	s.rt = rt
+	s.Reload(ctx)
+	return s, nil
+}
+
+// Reload rescans the module folder: new and changed modules are compiled,
+// checked and swapped in; removed ones stop serving. Volumes of a module
+// that is gone answer FAILED_PRECONDITION until it returns.
+func (s *Server) Reload(ctx context.Context) {
+	errs := s.rt.Reload(ctx)
+	for name, err := range errs {
+		s.log.Error("module refused", "module", name, "err", err)
+	}
+	s.refreshBackends()
+	names := s.backends.Load().names
+	s.log.Info("backends loaded", "backends", names)
+	s.ready.Store(len(names) > 0)
+}
+
+// Backends returns the names of the loaded backends.
+func (s *Server) Backends() []string { return append([]string(nil), s.backends.Load().names...) }
+
+// Close stops the runtime and closes the records.
+func (s *Server) Close(ctx context.Context) error {
+	return errors.Join(s.rt.Close(ctx), s.store.Close())
+}
+
+// Serve serves CSI on the configured unix socket until ctx ends, then stops
+// gracefully. A stale socket file from an earlier run is replaced.
+func (s *Server) Serve(ctx context.Context) error {
+	path := s.cfg.SocketPath()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("socket dir: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", path, err)
+	}
+	return s.ServeListener(ctx, lis)
+}
+
+// ServeListener serves CSI on lis until ctx ends.
+func (s *Server) ServeListener(ctx context.Context, lis net.Listener) error {
+	g := grpc.NewServer(grpc.ChainUnaryInterceptor(s.unaryInterceptor), grpc.ChainStreamInterceptor(s.streamInterceptor))
+	s.Register(g)
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(lis) }()
+	select {
+	case <-ctx.Done():
+		done := make(chan struct{})
+		go func() { g.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			g.Stop()
+		}
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+// Register registers the services this process's role serves on g.
+func (s *Server) Register(g *grpc.Server) {
+	csi.RegisterIdentityServer(g, s)
+	if s.cfg.Role != config.RoleNode {
+		csi.RegisterControllerServer(g, s)
+		csi.RegisterGroupControllerServer(g, s)
+		csi.RegisterSnapshotMetadataServer(g, s)
+	}
+	if s.cfg.Role != config.RoleController {
+		csi.RegisterNodeServer(g, s)
+	}
+}
+
+// createPools creates the missing pool folders of a module granted the dir
+// or file family (its path roots are folders it keeps volumes in).
+func createPools(m config.Module) error {
+	if !slices.Contains(m.HostCalls, "dir") && !slices.Contains(m.HostCalls, "file") {
+		return nil
+	}
+	for _, r := range m.Roots {
+		if filepath.IsAbs(r) && !strings.HasPrefix(r, "/dev/") {
+			if err := os.MkdirAll(r, 0o750); err != nil {
+				return fmt.Errorf("create pool %s: %w", r, err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,181 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/host/state"
+)
+
+func csiSnapshot(sn *state.Snapshot) *csi.Snapshot {
+	out := &csi.Snapshot{
+		SnapshotId: sn.ID, SourceVolumeId: sn.SourceVolumeID, SizeBytes: sn.SizeBytes,
+		CreationTime: timestamppb.New(sn.CreatedAt), ReadyToUse: sn.ReadyToUse, GroupSnapshotId: sn.GroupID,
+	}
+	for _, t := range sn.Topology {
+		out.AccessibleTopology = append(out.AccessibleTopology, &csi.Topology{Segments: t})
+	}
+	return out
+}
+
+// CreateSnapshot cuts a snapshot; a repeat with the same name and source
+// answers the recorded snapshot, another source ALREADY_EXISTS.
+func (s *Server) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
+	name, src := req.GetName(), req.GetSourceVolumeId()
+	if name == "" {
+		return nil, errf(codes.InvalidArgument, "name missing")
+	}
+	if src == "" {
+		return nil, errf(codes.InvalidArgument, "source_volume_id missing")
+	}
+	unlock, err := s.lock(snameKey(name), volKey(src))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	sn, err := s.snapshotLocked(ctx, name, src, req.GetParameters(), "")
+	if err != nil {
+		return nil, err
+	}
+	return &csi.CreateSnapshotResponse{Snapshot: csiSnapshot(sn)}, nil
+}
+
+// snapshotLocked creates (or finds) one snapshot; the caller holds the
+// name and source volume locks.
+func (s *Server) snapshotLocked(ctx context.Context, name, src string, params map[string]string, group string) (*state.Snapshot, error) {
+	if old, err := s.store.SnapshotByName(name); err == nil {
+		if old.SourceVolumeID != src {
+			return nil, errf(codes.AlreadyExists, "snapshot %q exists for volume %q", name, old.SourceVolumeID)
+		}
+		return &old, nil
+	} else if !errors.Is(err, state.ErrNotFound) {
+		return nil, err
+	}
+	v, err := s.store.GetVolume(src)
+	if err != nil {
+		return nil, notFoundOr(err, "volume %q", src)
+	}
+	b, ok := s.backends.Load().get(v.Backend)
+	if !ok {
+		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", v.Backend, src)
+	}
+	var resp abi.CreateSnapshotResponse
+	if err := b.call(ctx, abi.OpCreateSnapshot, &abi.CreateSnapshotRequest{Name: name, Source: volumeRef(&v), Parameters: params}, &resp); err != nil {
+		return nil, err
+	}
+	if !localIDRE.MatchString(resp.LocalID) {
+		return nil, errf(codes.Internal, "backend %q returned an invalid snapshot ID %q", b.name, resp.LocalID)
+	}
+	sn := state.Snapshot{
+		ID: makeID(b.name, resp.LocalID), Name: name, Backend: b.name, LocalID: resp.LocalID,
+		SourceVolumeID: src, SizeBytes: resp.SizeBytes, Context: resp.Context,
+		CreatedAt: time.Now().UTC(), ReadyToUse: resp.ReadyToUse, GroupID: group,
+	}
+	for _, t := range resp.Topology {
+		sn.Topology = append(sn.Topology, t.Segments)
+	}
+	if err := s.store.PutSnapshot(sn); err != nil {
+		return nil, fmt.Errorf("record snapshot %s: %w", sn.ID, err)
+	}
+	return &sn, nil
+}
+
+// DeleteSnapshot deletes a snapshot; one that does not exist is success.
+func (s *Server) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
+	id := req.GetSnapshotId()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "snapshot_id missing")
+	}
+	unlock, err := s.lock(snapKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	sn, err := s.store.GetSnapshot(id)
+	if errors.Is(err, state.ErrNotFound) {
+		return &csi.DeleteSnapshotResponse{}, nil
+	} else if err != nil {
+		return nil, err
+	}
+	if sn.GroupID != "" {
+		if _, err := s.store.GetGroup(sn.GroupID); err == nil {
+			return nil, errf(codes.FailedPrecondition, "snapshot %q belongs to group snapshot %q: delete the group", id, sn.GroupID)
+		}
+	}
+	if err := s.deleteSnapshotLocked(ctx, &sn); err != nil {
+		return nil, err
+	}
+	return &csi.DeleteSnapshotResponse{}, nil
+}
+
+func (s *Server) deleteSnapshotLocked(ctx context.Context, sn *state.Snapshot) error {
+	b, ok := s.backends.Load().get(sn.Backend)
+	if !ok {
+		return errf(codes.FailedPrecondition, "backend %q of snapshot %q is not loaded", sn.Backend, sn.ID)
+	}
+	var src *state.Volume
+	if v, err := s.store.GetVolume(sn.SourceVolumeID); err == nil {
+		src = &v
+	}
+	if err := b.call(ctx, abi.OpDeleteSnapshot, &abi.DeleteSnapshotRequest{Snapshot: snapshotRef(sn, src)}, &abi.Empty{}); err != nil {
+		return err
+	}
+	if err := s.store.DeleteSnapshot(sn.ID); err != nil {
+		return fmt.Errorf("delete record %s: %w", sn.ID, err)
+	}
+	return nil
+}
+
+// ListSnapshots pages through the records, optionally filtered by snapshot
+// or source volume.
+func (s *Server) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
+	if req.GetMaxEntries() < 0 {
+		return nil, errf(codes.InvalidArgument, "max_entries is negative")
+	}
+	if id := req.GetSnapshotId(); id != "" {
+		sn, err := s.store.GetSnapshot(id)
+		if errors.Is(err, state.ErrNotFound) || (err == nil && req.GetSourceVolumeId() != "" && sn.SourceVolumeID != req.GetSourceVolumeId()) {
+			return &csi.ListSnapshotsResponse{}, nil
+		} else if err != nil {
+			return nil, err
+		}
+		return &csi.ListSnapshotsResponse{Entries: []*csi.ListSnapshotsResponse_Entry{{Snapshot: csiSnapshot(&sn)}}}, nil
+	}
+	snaps, next, err := s.store.ListSnapshots(state.SnapshotFilter{SourceVolumeID: req.GetSourceVolumeId()}, req.GetStartingToken(), int(req.GetMaxEntries()))
+	if errors.Is(err, state.ErrBadToken) {
+		return nil, errf(codes.Aborted, "starting_token %q is not valid", req.GetStartingToken())
+	} else if err != nil {
+		return nil, err
+	}
+	resp := &csi.ListSnapshotsResponse{NextToken: next}
+	for i := range snaps {
+		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: csiSnapshot(&snaps[i])})
+	}
+	return resp, nil
+}
+
+// GetSnapshot returns one snapshot.
+func (s *Server) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (*csi.GetSnapshotResponse, error) {
+	id := req.GetSnapshotId()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "snapshot_id missing")
+	}
+	sn, err := s.store.GetSnapshot(id)
+	if err != nil {
+		return nil, notFoundOr(err, "snapshot %q", id)
+	}
+	return &csi.GetSnapshotResponse{Snapshot: csiSnapshot(&sn)}, nil
+}
+
+// ControllerModifyVolume is not offered: no backend declares mutable
+// parameters yet, and MODIFY_VOLUME is not advertised.
+func (s *Server) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
+	return nil, errf(codes.Unimplemented, "ControllerModifyVolume is not supported")
+}
