@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls/internal/vmtest"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
 )
 
@@ -16,12 +17,7 @@ import (
 // detaches it on cleanup. It skips without root or loop devices.
 func attachLoop(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: attaches a loop device")
-	}
-	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		t.Skipf("needs loop devices: %v", err)
-	}
+	vmtest.Require(t, "loop")
 	file := filepath.Join(t.TempDir(), "backing")
 	if err := os.WriteFile(file, make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)
