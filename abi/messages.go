@@ -162,6 +162,11 @@ type CreateSnapshotRequest struct {
 	Name       string            `wire:"1"`
 	Source     VolumeRef         `wire:"2"`
 	Parameters map[string]string `wire:"3"`
+	// Requisite and Preferred constrain where the snapshot must be
+	// accessible (SNAPSHOT_ACCESSIBILITY_CONSTRAINTS); a backend that cannot
+	// honour Requisite answers RESOURCE_EXHAUSTED.
+	Requisite []Topology `wire:"4"`
+	Preferred []Topology `wire:"5"`
 }
 
 // CreateSnapshotResponse describes the new snapshot.

@@ -689,6 +689,14 @@ func (m *CreateSnapshotRequest) AppendWire(b []byte) []byte {
 	b, mark = wire.BeginMessage(b, 2)
 	b = wire.EndMessageOmitEmpty(m.Source.AppendWire(b), mark)
 	b = wire.AppendStringMap(b, 3, m.Parameters)
+	for i := range m.Requisite {
+		b, mark = wire.BeginMessage(b, 4)
+		b = wire.EndMessage(m.Requisite[i].AppendWire(b), mark)
+	}
+	for i := range m.Preferred {
+		b, mark = wire.BeginMessage(b, 5)
+		b = wire.EndMessage(m.Preferred[i].AppendWire(b), mark)
+	}
 	return b
 }
 
@@ -716,6 +724,18 @@ func (m *CreateSnapshotRequest) decodeWire(d *wire.Decoder) error {
 			}
 		case 3:
 			err = d.StringMapEntry(typ, &m.Parameters)
+		case 4:
+			var sub wire.Decoder
+			if sub, err = d.Message(typ); err == nil {
+				m.Requisite = append(m.Requisite, Topology{})
+				err = m.Requisite[len(m.Requisite)-1].decodeWire(&sub)
+			}
+		case 5:
+			var sub wire.Decoder
+			if sub, err = d.Message(typ); err == nil {
+				m.Preferred = append(m.Preferred, Topology{})
+				err = m.Preferred[len(m.Preferred)-1].decodeWire(&sub)
+			}
 		default:
 			err = d.Skip(field, typ)
 		}

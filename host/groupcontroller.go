@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/host/state"
 )
 
@@ -71,7 +72,7 @@ func (s *Server) CreateVolumeGroupSnapshot(ctx context.Context, req *csi.CreateV
 	g := state.Group{ID: gid, Name: name, SourceVolumeIDs: srcs, CreatedAt: time.Now().UTC()}
 	var made []*state.Snapshot
 	for _, v := range srcs {
-		sn, err := s.snapshotLocked(ctx, groupSnapshotName(name, v), v, req.GetParameters(), gid)
+		sn, err := s.snapshotLocked(ctx, v, abi.CreateSnapshotRequest{Name: groupSnapshotName(name, v), Parameters: req.GetParameters()}, gid)
 		if err != nil {
 			for _, m := range made { // undo: a group is all or nothing
 				if derr := s.deleteSnapshotLocked(ctx, m); derr != nil {

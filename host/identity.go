@@ -40,6 +40,8 @@ func (s *Server) GetPluginCapabilities(ctx context.Context, _ *csi.GetPluginCapa
 	if set.any(func(b *backend) bool { return len(b.info.TopologyKeys) > 0 }) {
 		svc(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS)
 	}
+	// SNAPSHOT_ACCESSIBILITY_CONSTRAINTS is not advertised (RATIONALE.md):
+	// snapshot topologies are recorded but not yet returned.
 	if set.any(func(b *backend) bool { return b.has(abi.OpExpandVolume) }) {
 		t := csi.PluginCapability_VolumeExpansion_ONLINE
 		if !set.any(func(b *backend) bool { return b.has(abi.OpExpandVolume) && !b.info.ExpandOffline }) {

@@ -19,9 +19,9 @@ func csiSnapshot(sn *state.Snapshot) *csi.Snapshot {
 		SnapshotId: sn.ID, SourceVolumeId: sn.SourceVolumeID, SizeBytes: sn.SizeBytes,
 		CreationTime: timestamppb.New(sn.CreatedAt), ReadyToUse: sn.ReadyToUse, GroupSnapshotId: sn.GroupID,
 	}
-	for _, t := range sn.Topology {
-		out.AccessibleTopology = append(out.AccessibleTopology, &csi.Topology{Segments: t})
-	}
+	// sn.Topology is recorded but not returned: a plugin that returns
+	// accessible_topology MUST advertise SNAPSHOT_ACCESSIBILITY_CONSTRAINTS,
+	// which this one does not yet (RATIONALE.md).
 	return out
 }
 
@@ -40,7 +40,12 @@ func (s *Server) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 		return nil, err
 	}
 	defer unlock()
-	sn, err := s.snapshotLocked(ctx, name, src, req.GetParameters(), "")
+	mreq := abi.CreateSnapshotRequest{
+		Name: name, Parameters: req.GetParameters(),
+		Requisite: topologiesFromCSI(req.GetAccessibilityRequirements().GetRequisite()),
+		Preferred: topologiesFromCSI(req.GetAccessibilityRequirements().GetPreferred()),
+	}
+	sn, err := s.snapshotLocked(ctx, src, mreq, "")
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +54,8 @@ func (s *Server) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 
 // snapshotLocked creates (or finds) one snapshot; the caller holds the
 // name and source volume locks.
-func (s *Server) snapshotLocked(ctx context.Context, name, src string, params map[string]string, group string) (*state.Snapshot, error) {
+func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.CreateSnapshotRequest, group string) (*state.Snapshot, error) {
+	name := mreq.Name
 	if old, err := s.store.SnapshotByName(name); err == nil {
 		if old.SourceVolumeID != src {
 			return nil, errf(codes.AlreadyExists, "snapshot %q exists for volume %q", name, old.SourceVolumeID)
@@ -67,7 +73,8 @@ func (s *Server) snapshotLocked(ctx context.Context, name, src string, params ma
 		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", v.Backend, src)
 	}
 	var resp abi.CreateSnapshotResponse
-	if err := b.call(ctx, abi.OpCreateSnapshot, &abi.CreateSnapshotRequest{Name: name, Source: volumeRef(&v), Parameters: params}, &resp); err != nil {
+	mreq.Source = volumeRef(&v)
+	if err := b.call(ctx, abi.OpCreateSnapshot, &mreq, &resp); err != nil {
 		return nil, err
 	}
 	if !localIDRE.MatchString(resp.LocalID) {
