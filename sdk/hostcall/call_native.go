@@ -14,9 +14,7 @@ var host Host
 // module logic install a fake or sdk/moduletest.RealHost; nil removes it.
 func SetHost(h Host) { host = h }
 
-// rawFunc is unused natively: the import name selects the answer.
-type rawFunc = struct{}
-
+// call ignores the import function: the name selects the host's answer.
 func call(_ rawFunc, name string, req, resp abi.Message) error {
 	if host == nil {
 		return abi.Errorf(abi.Unavailable, "no host installed for "+name+" (hostcall.SetHost)")

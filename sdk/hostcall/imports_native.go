@@ -2,6 +2,11 @@
 
 package hostcall
 
+import "unsafe"
+
+// rawFunc matches the wasip1 adaptors; natively it is never called.
+type rawFunc = func(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+
 // Native stand-ins for the imports of imports_wasip1.go: the import name
 // passed to call selects the answer from the installed Host.
 var (

@@ -61,6 +61,9 @@ func TestImportsMatchABI(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range regexp.MustCompile(`(?m)^func (\w+)\(`).FindAllStringSubmatch(string(src), -1) {
+		if strings.HasSuffix(m[1], "Import") {
+			continue
+		}
 		if !regexp.MustCompile(`\b` + m[1] + `\b`).Match(native) {
 			t.Errorf("imports_native.go lacks %s", m[1])
 		}

@@ -4,92 +4,181 @@ package hostcall
 
 import "unsafe"
 
-// One import per host call; keep in step with imports_native.go and the
-// HostCall* names in abi (imports_test.go checks both).
+// One import per host call, each behind a plain function: TinyGo cannot
+// take an imported function as a value. Keep in step with
+// imports_native.go and the HostCall* names in abi (imports_test.go checks
+// both). Only the imports a module's code reaches end up in its binary.
 
 //go:wasmimport wasmcsi loop_attach
-func loopAttach(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func loopAttachImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func loopAttach(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return loopAttachImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi loop_find
-func loopFind(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func loopFindImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func loopFind(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return loopFindImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi loop_resize
-func loopResize(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func loopResizeImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func loopResize(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return loopResizeImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi loop_detach
-func loopDetach(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func loopDetachImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func loopDetach(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return loopDetachImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi file_create
-func fileCreate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func fileCreateImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func fileCreate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return fileCreateImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi file_resize
-func fileResize(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func fileResizeImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func fileResize(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return fileResizeImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi file_remove
-func fileRemove(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func fileRemoveImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func fileRemove(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return fileRemoveImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi file_clone
-func fileClone(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func fileCloneImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func fileClone(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return fileCloneImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi file_stat
-func fileStat(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func fileStatImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func fileStat(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return fileStatImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi file_statfs
-func fileStatfs(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func fileStatfsImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func fileStatfs(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return fileStatfsImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dir_create
-func dirCreate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirCreateImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirCreate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dirCreateImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dir_remove
-func dirRemove(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirRemoveImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirRemove(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dirRemoveImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dir_copy
-func dirCopy(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirCopyImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirCopy(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dirCopyImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dir_statfs
-func dirStatfs(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirStatfsImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirStatfs(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dirStatfsImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dir_usage
-func dirUsage(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirUsageImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirUsage(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dirUsageImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dir_set_quota
-func dirSetQuota(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirSetQuotaImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirSetQuota(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dirSetQuotaImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dir_quota_supported
-func dirQuotaSupported(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirQuotaSupportedImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirQuotaSupported(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dirQuotaSupportedImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dir_exists
-func dirExists(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirExistsImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirExists(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dirExistsImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi mount_bind
-func mountBind(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func mountBindImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func mountBind(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return mountBindImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi mount_unmount
-func mountUnmount(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func mountUnmountImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func mountUnmount(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return mountUnmountImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi mount_info
-func mountInfo(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func mountInfoImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func mountInfo(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return mountInfoImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dm_pool_open
-func dmPoolOpen(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmPoolOpenImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmPoolOpen(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dmPoolOpenImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dm_pool_status
-func dmPoolStatus(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmPoolStatusImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmPoolStatus(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dmPoolStatusImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dm_thin_create
-func dmThinCreate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmThinCreateImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmThinCreate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dmThinCreateImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dm_thin_activate
-func dmThinActivate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmThinActivateImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmThinActivate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dmThinActivateImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dm_thin_deactivate
-func dmThinDeactivate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmThinDeactivateImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmThinDeactivate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dmThinDeactivateImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dm_thin_delete
-func dmThinDelete(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmThinDeleteImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmThinDelete(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dmThinDeleteImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dm_thin_resize
-func dmThinResize(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmThinResizeImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmThinResize(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dmThinResizeImport(req, reqLen, out, outLimit)
+}
 
 //go:wasmimport wasmcsi dm_thin_snapshot
-func dmThinSnapshot(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmThinSnapshotImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmThinSnapshot(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dmThinSnapshotImport(req, reqLen, out, outLimit)
+}
