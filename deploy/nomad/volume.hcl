@@ -1,0 +1,38 @@
+# A wasmcsi volume for Nomad, created by the plugin of wasmcsi.nomad.hcl:
+#
+#   nomad volume create deploy/nomad/volume.hcl
+#
+# and claimed by a job with:
+#
+#   group "app" {
+#     volume "data" {
+#       type            = "csi"
+#       source          = "data"
+#       access_mode     = "single-node-writer"
+#       attachment_mode = "file-system"
+#     }
+#     task "app" {
+#       volume_mount {
+#         volume      = "data"
+#         destination = "/data"
+#       }
+#     }
+#   }
+id        = "data"
+name      = "data"
+type      = "csi"
+plugin_id = "wasmcsi"
+
+capacity_min = "1GiB"
+capacity_max = "2GiB"
+
+capability {
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+}
+
+# The parameter names the backend module; the others go to the module.
+# For loopfile, add mount_options { fs_type = "ext4" } (or "xfs").
+parameters {
+  "wasmcsi.dev/backend" = "localdir"
+}
