@@ -1,0 +1,953 @@
+package deploy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"maps"
+	"net"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/wasmcsi/wasmcsi/host/config"
+)
+
+// The layouts under test: the folder and the role each wasmcsi workload
+// in it serves.
+var layouts = []struct {
+	dir   string
+	roles map[string]string // workload name -> role
+}{
+	{"kubernetes", map[string]string{"wasmcsi": config.RoleAll}},
+	{"kubernetes-split", map[string]string{"wasmcsi-controller": config.RoleController, "wasmcsi-node": config.RoleNode}},
+}
+
+const (
+	namespace  = "wasmcsi"
+	testNodeID = "node-a"
+)
+
+// object is one Kubernetes document; node keeps it for typed decoding.
+type object struct {
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string `yaml:"kind"`
+	Metadata   struct {
+		Name      string `yaml:"name"`
+		Namespace string `yaml:"namespace"`
+	} `yaml:"metadata"`
+	file string
+	node *yaml.Node
+}
+
+func (o object) decode(t *testing.T, v any) {
+	t.Helper()
+	if err := o.node.Decode(v); err != nil {
+		t.Fatalf("%s: %s %s: %v", o.file, o.Kind, o.Metadata.Name, err)
+	}
+}
+
+type envVar struct {
+	Name      string `yaml:"name"`
+	Value     string `yaml:"value"`
+	ValueFrom *struct {
+		FieldRef *struct {
+			FieldPath string `yaml:"fieldPath"`
+		} `yaml:"fieldRef"`
+	} `yaml:"valueFrom"`
+}
+
+type volumeMount struct {
+	Name             string `yaml:"name"`
+	MountPath        string `yaml:"mountPath"`
+	ReadOnly         bool   `yaml:"readOnly"`
+	MountPropagation string `yaml:"mountPropagation"`
+}
+
+type container struct {
+	Name    string   `yaml:"name"`
+	Image   string   `yaml:"image"`
+	Command []string `yaml:"command"`
+	Args    []string `yaml:"args"`
+	Env     []envVar `yaml:"env"`
+	Ports   []struct {
+		Name          string `yaml:"name"`
+		ContainerPort int    `yaml:"containerPort"`
+	} `yaml:"ports"`
+	SecurityContext *struct {
+		Privileged bool `yaml:"privileged"`
+	} `yaml:"securityContext"`
+	VolumeMounts  []volumeMount `yaml:"volumeMounts"`
+	LivenessProbe *struct {
+		HTTPGet *struct {
+			Path string `yaml:"path"`
+			Port string `yaml:"port"`
+		} `yaml:"httpGet"`
+	} `yaml:"livenessProbe"`
+}
+
+type volume struct {
+	Name     string `yaml:"name"`
+	HostPath *struct {
+		Path string `yaml:"path"`
+		Type string `yaml:"type"`
+	} `yaml:"hostPath"`
+	ConfigMap *struct {
+		Name string `yaml:"name"`
+	} `yaml:"configMap"`
+	EmptyDir any `yaml:"emptyDir"`
+}
+
+type podSpec struct {
+	ServiceAccountName string      `yaml:"serviceAccountName"`
+	InitContainers     []container `yaml:"initContainers"`
+	Containers         []container `yaml:"containers"`
+	Volumes            []volume    `yaml:"volumes"`
+}
+
+type workload struct {
+	Spec struct {
+		Template struct {
+			Spec podSpec `yaml:"spec"`
+		} `yaml:"template"`
+	} `yaml:"spec"`
+}
+
+// readDocs decodes every document of a YAML file.
+func readDocs(t *testing.T, file string) []*yaml.Node {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var docs []*yaml.Node
+	for {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		docs = append(docs, &n)
+	}
+}
+
+// kustomization is the part of a kustomization.yaml the tests read.
+type kustomization struct {
+	Resources []string `yaml:"resources"`
+	Images    []struct {
+		Name    string `yaml:"name"`
+		NewName string `yaml:"newName"`
+		NewTag  string `yaml:"newTag"`
+	} `yaml:"images"`
+}
+
+func readKustomization(t *testing.T, dir string) kustomization {
+	t.Helper()
+	var k kustomization
+	docs := readDocs(t, filepath.Join(dir, "kustomization.yaml"))
+	if len(docs) != 1 {
+		t.Fatalf("%s/kustomization.yaml: %d documents", dir, len(docs))
+	}
+	if err := docs[0].Decode(&k); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// readObjects returns the objects of a layout: its own files and, through
+// directory resources, those of the layouts it builds on.
+func readObjects(t *testing.T, dir string) []object {
+	t.Helper()
+	var objs []object
+	for _, r := range readKustomization(t, dir).Resources {
+		p := filepath.Join(dir, r)
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatalf("%s: resource %s: %v", dir, r, err)
+		}
+		if st.IsDir() {
+			objs = append(objs, readObjects(t, p)...)
+			continue
+		}
+		for _, n := range readDocs(t, p) {
+			o := object{file: p, node: n}
+			if err := n.Decode(&o); err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			objs = append(objs, o)
+		}
+	}
+	return objs
+}
+
+func find(objs []object, kind, name string) (object, bool) {
+	for _, o := range objs {
+		if o.Kind == kind && o.Metadata.Name == name {
+			return o, true
+		}
+	}
+	return object{}, false
+}
+
+func mustFind(t *testing.T, objs []object, kind, name string) object {
+	t.Helper()
+	o, ok := find(objs, kind, name)
+	if !ok {
+		t.Fatalf("no %s %q", kind, name)
+	}
+	return o
+}
+
+func (p podSpec) container(t *testing.T, name string) container {
+	t.Helper()
+	for _, c := range append(slices.Clone(p.Containers), p.InitContainers...) {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no container %q", name)
+	return container{}
+}
+
+func (p podSpec) volume(name string) (volume, bool) {
+	for _, v := range p.Volumes {
+		if v.Name == name {
+			return v, true
+		}
+	}
+	return volume{}, false
+}
+
+// mountAt returns the mount of c at exactly path.
+func (c container) mountAt(path string) (volumeMount, bool) {
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == path {
+			return m, true
+		}
+	}
+	return volumeMount{}, false
+}
+
+func (c container) port(name string) int {
+	for _, p := range c.Ports {
+		if p.Name == name {
+			return p.ContainerPort
+		}
+	}
+	return 0
+}
+
+func (c container) env(name string) (envVar, bool) {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return envVar{}, false
+}
+
+// flag returns the value of --name=value among args.
+func flag(args []string, name string) (string, bool) {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// workloads returns the Deployments and DaemonSets of a layout by name.
+func workloads(t *testing.T, objs []object) map[string]podSpec {
+	t.Helper()
+	out := map[string]podSpec{}
+	for _, o := range objs {
+		if o.Kind == "DaemonSet" || o.Kind == "Deployment" {
+			var w workload
+			o.decode(t, &w)
+			out[o.Metadata.Name] = w.Spec.Template.Spec
+		}
+	}
+	return out
+}
+
+func driverName(t *testing.T, objs []object) string {
+	t.Helper()
+	for _, o := range objs {
+		if o.Kind == "CSIDriver" {
+			return o.Metadata.Name
+		}
+	}
+	t.Fatal("no CSIDriver")
+	return ""
+}
+
+// configMapYAML returns the daemon configuration the ConfigMap carries.
+func configMapYAML(t *testing.T, objs []object) string {
+	t.Helper()
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	mustFind(t, objs, "ConfigMap", "wasmcsi-config").decode(t, &cm)
+	s, ok := cm.Data["config.yaml"]
+	if !ok {
+		t.Fatal("ConfigMap wasmcsi-config has no config.yaml")
+	}
+	return s
+}
+
+// loadConfig loads a configuration file the way `wasmcsi serve --config`
+// does, with the given environment.
+func loadConfig(t *testing.T, yamlText string, environ []string) *config.Config {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(file, []byte(yamlText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs := pflag.NewFlagSet("wasmcsi", pflag.ContinueOnError)
+	config.Flags(fs)
+	if err := fs.Parse([]string{"--config", file}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(fs, environ)
+	if err != nil {
+		t.Fatalf("the deployed configuration does not load: %v", err)
+	}
+	return cfg
+}
+
+// podEnviron turns a container's env into an environment as the kubelet
+// would give it, with the downward API's node name set to testNodeID.
+func podEnviron(t *testing.T, c container) []string {
+	t.Helper()
+	var env []string
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env = append(env, e.Name+"="+e.Value)
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName":
+			env = append(env, e.Name+"="+testNodeID)
+		case e.ValueFrom.FieldRef != nil:
+			env = append(env, e.Name+"=x")
+		default:
+			t.Fatalf("container %s: env %s: unexpected source", c.Name, e.Name)
+		}
+	}
+	return env
+}
+
+func TestManifestsAreWellFormed(t *testing.T) {
+	for _, l := range layouts {
+		t.Run(l.dir, func(t *testing.T) {
+			objs := readObjects(t, l.dir)
+			if len(objs) == 0 {
+				t.Fatal("no objects")
+			}
+			seen := map[string]string{}
+			for _, o := range objs {
+				if o.APIVersion == "" || o.Kind == "" || o.Metadata.Name == "" {
+					t.Errorf("%s: document without apiVersion, kind or name: %+v", o.file, o)
+				}
+				clusterScoped := slices.Contains([]string{"Namespace", "CSIDriver", "StorageClass", "VolumeSnapshotClass", "ClusterRole", "ClusterRoleBinding"}, o.Kind)
+				if !clusterScoped && o.Metadata.Namespace != namespace {
+					t.Errorf("%s: %s %s in namespace %q, want %q", o.file, o.Kind, o.Metadata.Name, o.Metadata.Namespace, namespace)
+				}
+				key := o.Kind + "/" + o.Metadata.Name
+				if prev, dup := seen[key]; dup {
+					t.Errorf("%s defined twice: %s and %s", key, prev, o.file)
+				}
+				seen[key] = o.file
+			}
+		})
+	}
+}
+
+// Every manifest in kubernetes/ is listed, and every file listed exists
+// (readObjects fails on a missing one).
+func TestKustomizationListsEveryManifest(t *testing.T) {
+	for _, l := range layouts {
+		t.Run(l.dir, func(t *testing.T) {
+			listed := map[string]bool{}
+			for _, r := range readKustomization(t, l.dir).Resources {
+				listed[r] = true
+			}
+			files, err := filepath.Glob(filepath.Join(l.dir, "*.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range files {
+				name := filepath.Base(f)
+				if name != "kustomization.yaml" && !listed[name] {
+					t.Errorf("%s is not listed in %s/kustomization.yaml", name, l.dir)
+				}
+			}
+			readObjects(t, l.dir)
+		})
+	}
+}
+
+// Images are pinned in the kustomizations' images blocks, and every
+// manifest carries the same tag, so `kubectl apply -f` and `-k` deploy the
+// same versions.
+func TestImagesArePinnedInOnePlace(t *testing.T) {
+	base := readKustomization(t, "kubernetes")
+	pins := map[string]string{}
+	for _, im := range base.Images {
+		if im.NewName != "" {
+			t.Errorf("kubernetes/kustomization.yaml: %s: newName belongs to a site overlay, not the base", im.Name)
+		}
+		if im.NewTag == "" || im.NewTag == "latest" {
+			t.Errorf("kubernetes/kustomization.yaml: %s is not pinned (tag %q)", im.Name, im.NewTag)
+		}
+		pins[im.Name] = im.NewTag
+	}
+	for _, l := range layouts {
+		k := readKustomization(t, l.dir)
+		if len(k.Images) != len(base.Images) {
+			t.Errorf("%s/kustomization.yaml pins %d images, kubernetes/ pins %d", l.dir, len(k.Images), len(base.Images))
+		}
+		for _, im := range k.Images {
+			if pins[im.Name] != im.NewTag {
+				t.Errorf("%s/kustomization.yaml: %s:%s, kubernetes/ pins %q", l.dir, im.Name, im.NewTag, pins[im.Name])
+			}
+		}
+		for name, spec := range workloads(t, readObjects(t, l.dir)) {
+			for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+				i := strings.LastIndex(c.Image, ":")
+				if i < 0 || strings.Contains(c.Image[i:], "/") {
+					t.Errorf("%s/%s: image %q has no tag", name, c.Name, c.Image)
+					continue
+				}
+				repo, tag := c.Image[:i], c.Image[i+1:]
+				want, ok := pins[repo]
+				if !ok {
+					t.Errorf("%s/%s: image %s is not pinned in kubernetes/kustomization.yaml", name, c.Name, repo)
+				} else if tag != want {
+					t.Errorf("%s/%s: image %s, kustomization pins %s", name, c.Name, c.Image, want)
+				}
+			}
+		}
+	}
+}
+
+// The configuration each daemon gets (ConfigMap + its environment) loads
+// with the daemon's own loader, and everything it names is where the pod
+// provides it.
+func TestDaemonConfigMatchesPods(t *testing.T) {
+	for _, l := range layouts {
+		objs := readObjects(t, l.dir)
+		driver := driverName(t, objs)
+		cmText := configMapYAML(t, objs)
+		specs := workloads(t, objs)
+		for name, role := range l.roles {
+			t.Run(l.dir+"/"+name, func(t *testing.T) {
+				spec, ok := specs[name]
+				if !ok {
+					t.Fatalf("no workload %s", name)
+				}
+				d := spec.container(t, "wasmcsi")
+				if want := []string{"serve", "--config", "/etc/wasmcsi/config.yaml"}; !slices.Equal(d.Args, want) {
+					t.Errorf("wasmcsi args %q, want %q", d.Args, want)
+				}
+				checkMountedFrom(t, spec, d, "/etc/wasmcsi", func(v volume) bool {
+					return v.ConfigMap != nil && v.ConfigMap.Name == "wasmcsi-config"
+				})
+				if d.SecurityContext == nil || !d.SecurityContext.Privileged {
+					t.Error("wasmcsi must run privileged")
+				}
+
+				cfg := loadConfig(t, cmText, podEnviron(t, d))
+				if cfg.Role != role {
+					t.Errorf("role %q, want %q", cfg.Role, role)
+				}
+				if cfg.DriverName != driver {
+					t.Errorf("driver_name %q, CSIDriver %q", cfg.DriverName, driver)
+				}
+				if cfg.NodeID != testNodeID {
+					t.Errorf("node_id %q, want the node name from the downward API", cfg.NodeID)
+				}
+				if cfg.Endpoint != "unix:///csi/csi.sock" {
+					t.Errorf("endpoint %q, want unix:///csi/csi.sock", cfg.Endpoint)
+				}
+				if _, ok := d.mountAt("/csi"); !ok {
+					t.Error("the socket folder /csi is not mounted")
+				}
+				// Host folders are mounted at their own paths, so paths in
+				// logs, records and loop backing files mean the same inside
+				// and outside the pod.
+				for _, dir := range []string{cfg.StateDir, cfg.CacheDir} {
+					m := checkHostPathAt(t, spec, d, dir)
+					if m.ReadOnly {
+						t.Errorf("%s is mounted read-only", dir)
+					}
+				}
+				checkHostPathAt(t, spec, d, cfg.ModuleDir)
+				for mod, g := range cfg.Modules {
+					if len(g.HostCalls) == 0 {
+						t.Errorf("module %s is granted no host calls", mod)
+					}
+					for _, root := range g.Roots {
+						if !strings.HasPrefix(root, "/var/lib/wasmcsi/pools/"+mod) {
+							t.Errorf("module %s: root %s is not its pool under /var/lib/wasmcsi/pools", mod, root)
+						}
+						checkHostPathAt(t, spec, d, "/var/lib/wasmcsi/pools")
+					}
+				}
+
+				// Probes and metrics.
+				if got := portOf(t, cfg.MetricsAddress); got != d.port("metrics") {
+					t.Errorf("metrics_address %q, container port metrics %d", cfg.MetricsAddress, d.port("metrics"))
+				}
+				probe := spec.container(t, "livenessprobe")
+				if hp, _ := flag(probe.Args, "health-port"); hp != strconv.Itoa(d.port("healthz")) {
+					t.Errorf("livenessprobe --health-port=%s, wasmcsi healthz port %d", hp, d.port("healthz"))
+				}
+				if d.LivenessProbe == nil || d.LivenessProbe.HTTPGet == nil || d.LivenessProbe.HTTPGet.Port != "healthz" {
+					t.Error("wasmcsi has no liveness probe on the healthz port")
+				}
+
+				// Modules from the image reach the module folder.
+				init := spec.container(t, "install-modules")
+				if len(init.Command) < 2 || init.Command[len(init.Command)-2] != imageModuleDir(t) || init.Command[len(init.Command)-1] != cfg.ModuleDir {
+					t.Errorf("install-modules %q does not copy %s to %s", init.Command, imageModuleDir(t), cfg.ModuleDir)
+				}
+				if m, ok := init.mountAt(cfg.ModuleDir); !ok || m.ReadOnly {
+					t.Errorf("install-modules cannot write %s", cfg.ModuleDir)
+				}
+
+				// Node services: kubelet's folders with Bidirectional
+				// propagation, /dev, and the registration socket.
+				if role == config.RoleController {
+					return
+				}
+				if m, ok := d.mountAt("/var/lib/kubelet"); !ok || m.MountPropagation != "Bidirectional" {
+					t.Error("/var/lib/kubelet must be mounted with Bidirectional propagation")
+				}
+				checkHostPathAt(t, spec, d, "/var/lib/kubelet")
+				checkHostPathAt(t, spec, d, "/dev")
+				reg := spec.container(t, "node-driver-registrar")
+				want := "/var/lib/kubelet/plugins/" + driver + "/csi.sock"
+				if got, _ := flag(reg.Args, "kubelet-registration-path"); got != want {
+					t.Errorf("--kubelet-registration-path=%s, want %s", got, want)
+				}
+				checkMountedFrom(t, spec, d, "/csi", func(v volume) bool {
+					return v.HostPath != nil && v.HostPath.Path == path.Dir(want)
+				})
+			})
+		}
+	}
+}
+
+func portOf(t *testing.T, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("metrics_address %q: %v", addr, err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatalf("metrics_address %q: %v", addr, err)
+	}
+	return n
+}
+
+// checkMountedFrom checks that c mounts at path a volume that ok accepts.
+func checkMountedFrom(t *testing.T, spec podSpec, c container, path string, ok func(volume) bool) {
+	t.Helper()
+	m, found := c.mountAt(path)
+	if !found {
+		t.Errorf("%s: nothing mounted at %s", c.Name, path)
+		return
+	}
+	v, found := spec.volume(m.Name)
+	if !found {
+		t.Errorf("%s: mount %s names no volume %q", c.Name, path, m.Name)
+		return
+	}
+	if !ok(v) {
+		t.Errorf("%s: %s comes from the wrong volume %+v", c.Name, path, v)
+	}
+}
+
+// checkHostPathAt checks that c mounts the host's path at the same path.
+func checkHostPathAt(t *testing.T, spec podSpec, c container, path string) volumeMount {
+	t.Helper()
+	checkMountedFrom(t, spec, c, path, func(v volume) bool { return v.HostPath != nil && v.HostPath.Path == path })
+	m, _ := c.mountAt(path)
+	return m
+}
+
+var copyModulesRE = regexp.MustCompile(`(?m)^COPY --from=\S+ /out/modules/ (\S+?)/?$`)
+
+// imageModuleDir is where the Dockerfile puts the modules in the image.
+func imageModuleDir(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := copyModulesRE.FindSubmatch(data)
+	if m == nil {
+		t.Fatal("Dockerfile copies no modules into the image")
+	}
+	return string(m[1])
+}
+
+// The sidecars run in the mode their place needs: per node (distributed
+// provisioning and snapshots, capacity owned by the DaemonSet) or central
+// with leader election (capacity owned by the Deployment).
+func TestSidecarModes(t *testing.T) {
+	for _, tc := range []struct {
+		dir, workload, container string
+		args                     []string
+		env                      []string
+	}{
+		{"kubernetes", "wasmcsi", "csi-provisioner",
+			[]string{"--feature-gates=Topology=true", "--node-deployment=true", "--enable-capacity", "--capacity-ownerref-level=1"},
+			[]string{"NODE_NAME", "NAMESPACE", "POD_NAME"}},
+		{"kubernetes", "wasmcsi", "csi-snapshotter",
+			[]string{"--node-deployment=true"}, []string{"NODE_NAME"}},
+		{"kubernetes", "wasmcsi", "csi-resizer",
+			[]string{"--leader-election"}, []string{"NAMESPACE"}},
+		{"kubernetes-split", "wasmcsi-controller", "csi-provisioner",
+			[]string{"--feature-gates=Topology=true", "--leader-election", "--enable-capacity", "--capacity-ownerref-level=2"},
+			[]string{"NAMESPACE", "POD_NAME"}},
+		{"kubernetes-split", "wasmcsi-controller", "csi-attacher",
+			[]string{"--leader-election"}, []string{"NAMESPACE"}},
+		{"kubernetes-split", "wasmcsi-controller", "csi-resizer",
+			[]string{"--leader-election"}, []string{"NAMESPACE"}},
+		{"kubernetes-split", "wasmcsi-controller", "csi-snapshotter",
+			[]string{"--leader-election"}, []string{"NAMESPACE"}},
+	} {
+		t.Run(tc.dir+"/"+tc.workload+"/"+tc.container, func(t *testing.T) {
+			spec, ok := workloads(t, readObjects(t, tc.dir))[tc.workload]
+			if !ok {
+				t.Fatalf("no workload %s", tc.workload)
+			}
+			c := spec.container(t, tc.container)
+			for _, a := range tc.args {
+				if !slices.Contains(c.Args, a) {
+					t.Errorf("args %q lack %s", c.Args, a)
+				}
+			}
+			if slices.Contains(c.Args, "--node-deployment=true") && slices.Contains(c.Args, "--leader-election") {
+				t.Error("a per-node sidecar must not take part in leader election")
+			}
+			if addr, _ := flag(c.Args, "csi-address"); addr != "/csi/csi.sock" {
+				t.Errorf("--csi-address=%s, want /csi/csi.sock", addr)
+			}
+			for _, e := range tc.env {
+				if _, ok := c.env(e); !ok {
+					t.Errorf("env %s missing", e)
+				}
+			}
+		})
+	}
+}
+
+func TestStorageClasses(t *testing.T) {
+	objs := readObjects(t, "kubernetes")
+	driver := driverName(t, objs)
+	cfg := loadConfig(t, configMapYAML(t, objs), []string{"WASMCSI_NODE_ID=" + testNodeID})
+	fsTypes := map[string]bool{}
+	classes := 0
+	for _, o := range objs {
+		switch o.Kind {
+		case "StorageClass":
+			classes++
+			var sc struct {
+				Provisioner          string            `yaml:"provisioner"`
+				Parameters           map[string]string `yaml:"parameters"`
+				AllowVolumeExpansion bool              `yaml:"allowVolumeExpansion"`
+				VolumeBindingMode    string            `yaml:"volumeBindingMode"`
+			}
+			o.decode(t, &sc)
+			if sc.Provisioner != driver {
+				t.Errorf("%s: provisioner %q, want %q", o.Metadata.Name, sc.Provisioner, driver)
+			}
+			backend := sc.Parameters[cfg.BackendParameter]
+			if _, granted := cfg.Modules[backend]; !granted {
+				t.Errorf("%s: parameter %s=%q names no module granted in the config", o.Metadata.Name, cfg.BackendParameter, backend)
+			}
+			if !sc.AllowVolumeExpansion || sc.VolumeBindingMode != "WaitForFirstConsumer" {
+				t.Errorf("%s: want allowVolumeExpansion and WaitForFirstConsumer", o.Metadata.Name)
+			}
+			fs := sc.Parameters["csi.storage.k8s.io/fstype"]
+			if fs != "" && fs != "ext4" && fs != "xfs" && fs != "btrfs" {
+				t.Errorf("%s: fstype %q", o.Metadata.Name, fs)
+			}
+			fsTypes[backend+"/"+fs] = true
+		case "VolumeSnapshotClass":
+			var vsc struct {
+				Driver string `yaml:"driver"`
+			}
+			o.decode(t, &vsc)
+			if vsc.Driver != driver {
+				t.Errorf("VolumeSnapshotClass %s: driver %q, want %q", o.Metadata.Name, vsc.Driver, driver)
+			}
+		}
+	}
+	for _, want := range []string{"localdir/", "loopfile/ext4", "loopfile/xfs", "loopfile/"} {
+		if !fsTypes[want] {
+			t.Errorf("no StorageClass for %s", want)
+		}
+	}
+	if classes == 0 {
+		t.Fatal("no StorageClass")
+	}
+}
+
+func TestCSIDriver(t *testing.T) {
+	var d struct {
+		Spec struct {
+			AttachRequired       *bool    `yaml:"attachRequired"`
+			PodInfoOnMount       *bool    `yaml:"podInfoOnMount"`
+			VolumeLifecycleModes []string `yaml:"volumeLifecycleModes"`
+			FSGroupPolicy        string   `yaml:"fsGroupPolicy"`
+			StorageCapacity      *bool    `yaml:"storageCapacity"`
+			RequiresRepublish    *bool    `yaml:"requiresRepublish"`
+		} `yaml:"spec"`
+	}
+	objs := readObjects(t, "kubernetes")
+	mustFind(t, objs, "CSIDriver", driverName(t, objs)).decode(t, &d)
+	is := func(p *bool, want bool) bool { return p != nil && *p == want }
+	if !is(d.Spec.AttachRequired, false) || !is(d.Spec.PodInfoOnMount, false) || !is(d.Spec.StorageCapacity, true) || !is(d.Spec.RequiresRepublish, false) {
+		t.Errorf("CSIDriver flags: %+v", d.Spec)
+	}
+	if !slices.Equal(d.Spec.VolumeLifecycleModes, []string{"Persistent"}) || d.Spec.FSGroupPolicy != "File" {
+		t.Errorf("CSIDriver modes %v, fsGroupPolicy %q", d.Spec.VolumeLifecycleModes, d.Spec.FSGroupPolicy)
+	}
+	for _, c := range workloads(t, objs)["wasmcsi"].Containers {
+		if c.Name == "csi-attacher" {
+			t.Error("attachRequired is false: the node-local layout runs no csi-attacher")
+		}
+	}
+}
+
+type rule struct {
+	APIGroups []string `yaml:"apiGroups"`
+	Resources []string `yaml:"resources"`
+	Verbs     []string `yaml:"verbs"`
+}
+
+// The service account of the sidecars holds what each sidecar needs, and
+// every binding and service account reference resolves.
+func TestRBAC(t *testing.T) {
+	for _, l := range layouts {
+		t.Run(l.dir, func(t *testing.T) {
+			objs := readObjects(t, l.dir)
+			roles := map[string][]rule{}
+			for _, o := range objs {
+				if o.Kind == "Role" || o.Kind == "ClusterRole" {
+					var r struct {
+						Rules []rule `yaml:"rules"`
+					}
+					o.decode(t, &r)
+					roles[o.Kind+"/"+o.Metadata.Name] = r.Rules
+				}
+			}
+			granted := map[string][]rule{} // service account -> rules
+			for _, o := range objs {
+				if o.Kind != "RoleBinding" && o.Kind != "ClusterRoleBinding" {
+					continue
+				}
+				var b struct {
+					RoleRef struct {
+						Kind string `yaml:"kind"`
+						Name string `yaml:"name"`
+					} `yaml:"roleRef"`
+					Subjects []struct {
+						Kind      string `yaml:"kind"`
+						Name      string `yaml:"name"`
+						Namespace string `yaml:"namespace"`
+					} `yaml:"subjects"`
+				}
+				o.decode(t, &b)
+				rules, ok := roles[b.RoleRef.Kind+"/"+b.RoleRef.Name]
+				if !ok {
+					t.Errorf("%s %s: no %s %s", o.Kind, o.Metadata.Name, b.RoleRef.Kind, b.RoleRef.Name)
+				}
+				for _, s := range b.Subjects {
+					if _, ok := find(objs, "ServiceAccount", s.Name); s.Kind != "ServiceAccount" || !ok || s.Namespace != namespace {
+						t.Errorf("%s %s: subject %+v is not a service account of this layout", o.Kind, o.Metadata.Name, s)
+					}
+					granted[s.Name] = append(granted[s.Name], rules...)
+				}
+			}
+			for name, spec := range workloads(t, objs) {
+				if _, ok := find(objs, "ServiceAccount", spec.ServiceAccountName); !ok {
+					t.Errorf("%s: service account %q is not defined", name, spec.ServiceAccountName)
+				}
+			}
+			for _, need := range []struct{ group, resource, verb, who string }{
+				{"", "persistentvolumes", "create", "external-provisioner"},
+				{"", "persistentvolumeclaims", "update", "external-provisioner"},
+				{"storage.k8s.io", "csinodes", "get", "external-provisioner"},
+				{"storage.k8s.io", "csistoragecapacities", "create", "external-provisioner --enable-capacity"},
+				{"apps", "daemonsets", "get", "external-provisioner --capacity-ownerref-level=1"},
+				{"apps", "replicasets", "get", "external-provisioner --capacity-ownerref-level=2"},
+				{"coordination.k8s.io", "leases", "update", "leader election"},
+				{"storage.k8s.io", "volumeattachments/status", "patch", "external-attacher"},
+				{"", "persistentvolumeclaims/status", "patch", "external-resizer"},
+				{"snapshot.storage.k8s.io", "volumesnapshotcontents/status", "update", "csi-snapshotter"},
+				{"groupsnapshot.storage.k8s.io", "volumegroupsnapshotcontents", "update", "csi-snapshotter"},
+				{"cbt.storage.k8s.io", "snapshotmetadataservices", "get", "snapshot-metadata"},
+				{"authentication.k8s.io", "tokenreviews", "create", "snapshot-metadata"},
+			} {
+				if !allows(granted["wasmcsi"], need.group, need.resource, need.verb) {
+					t.Errorf("service account wasmcsi may not %s %s.%s (needed by %s)", need.verb, need.resource, need.group, need.who)
+				}
+			}
+		})
+	}
+}
+
+func allows(rules []rule, group, resource, verb string) bool {
+	for _, r := range rules {
+		if slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb) {
+			return true
+		}
+	}
+	return false
+}
+
+// kubectl's built-in kustomize renders both layouts; the split layout has
+// no all-in-one DaemonSet and requires attachment.
+func TestKustomizeBuild(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("needs kubectl (kubectl kustomize) in PATH: ", err)
+	}
+	for _, l := range layouts {
+		t.Run(l.dir, func(t *testing.T) {
+			out, err := exec.Command(kubectl, "kustomize", l.dir).Output()
+			if err != nil {
+				var ee *exec.ExitError
+				if errors.As(err, &ee) {
+					t.Fatalf("kubectl kustomize %s: %v\n%s", l.dir, err, ee.Stderr)
+				}
+				t.Fatalf("kubectl kustomize %s: %v", l.dir, err)
+			}
+			file := filepath.Join(t.TempDir(), "rendered.yaml")
+			if err := os.WriteFile(file, out, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var rendered []object
+			for _, n := range readDocs(t, file) {
+				o := object{file: file, node: n}
+				o.decode(t, &o)
+				rendered = append(rendered, o)
+			}
+			specs := workloads(t, rendered)
+			for name := range l.roles {
+				if _, ok := specs[name]; !ok {
+					t.Errorf("rendered %s has no workload %s", l.dir, name)
+				}
+			}
+			if len(specs) != len(l.roles) {
+				t.Errorf("rendered %s has workloads %v, want those of %v", l.dir, slices.Sorted(maps.Keys(specs)), l.roles)
+			}
+			var d struct {
+				Spec struct {
+					AttachRequired bool `yaml:"attachRequired"`
+				} `yaml:"spec"`
+			}
+			mustFind(t, rendered, "CSIDriver", driverName(t, rendered)).decode(t, &d)
+			// Attachment is needed exactly where a csi-attacher runs.
+			attacher := false
+			for _, spec := range specs {
+				for _, c := range spec.Containers {
+					attacher = attacher || c.Name == "csi-attacher"
+				}
+			}
+			if d.Spec.AttachRequired != attacher {
+				t.Errorf("attachRequired %v, csi-attacher running %v", d.Spec.AttachRequired, attacher)
+			}
+		})
+	}
+}
+
+// Nomad: the job's plugin, its configuration and the example volume agree.
+func TestNomad(t *testing.T) {
+	job, err := os.ReadFile("nomad/wasmcsi.nomad.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol, err := os.ReadFile("nomad/volume.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	attr := func(src []byte, block, key string) string {
+		t.Helper()
+		re := regexp.MustCompile(`(?s)` + block + `\s*\{[^}]*?\b` + regexp.QuoteMeta(key) + `\s*=\s*"([^"]*)"`)
+		m := re.FindSubmatch(src)
+		if m == nil {
+			t.Fatalf("no %s in %s", key, block)
+		}
+		return string(m[1])
+	}
+	pluginID := attr(job, "csi_plugin", "id")
+	mountDir := attr(job, "csi_plugin", "mount_dir")
+	if pluginID != "wasmcsi" || attr(job, "csi_plugin", "type") != "monolith" || mountDir != "/csi" {
+		t.Errorf("csi_plugin id=%s mount_dir=%s", pluginID, mountDir)
+	}
+	if !regexp.MustCompile(`(?m)^\s*type\s*=\s*"system"`).Match(job) || !regexp.MustCompile(`(?m)^\s*privileged\s*=\s*true`).Match(job) {
+		t.Error("want a system job with a privileged plugin task")
+	}
+	if m := regexp.MustCompile(`(?m)^plugin_id\s*=\s*"([^"]*)"`).FindSubmatch(vol); m == nil || string(m[1]) != pluginID {
+		t.Errorf("volume.hcl names another plugin than the job's %q", pluginID)
+	}
+
+	data := regexp.MustCompile(`(?s)data\s*=\s*<<EOF\n(.*?)\nEOF`).FindSubmatch(job)
+	if data == nil {
+		t.Fatal("the job has no configuration template")
+	}
+	endpoint := attr(job, "env", "CSI_ENDPOINT")
+	cfg := loadConfig(t, string(data[1]), []string{"CSI_ENDPOINT=" + endpoint, "WASMCSI_NODE_ID=" + testNodeID})
+	if cfg.SocketPath() != path.Join(mountDir, "csi.sock") {
+		t.Errorf("socket %s is not in the plugin's mount_dir %s", cfg.SocketPath(), mountDir)
+	}
+	if !regexp.MustCompile(`WASMCSI_NODE_ID\s*=\s*"\$\{node\.unique\.name\}"`).Match(job) {
+		t.Error("WASMCSI_NODE_ID is not the Nomad node name")
+	}
+	mounted := map[string]bool{}
+	for _, m := range regexp.MustCompile(`destination\s*=\s*"([^"]+)"`).FindAllSubmatch(job, -1) {
+		mounted[string(m[1])] = true
+	}
+	for _, dir := range []string{cfg.StateDir, cfg.CacheDir, cfg.ModuleDir, "/var/lib/wasmcsi/pools"} {
+		if !mounted[dir] {
+			t.Errorf("%s is not a volume_mount destination of the job", dir)
+		}
+	}
+	if !strings.Contains(string(job), `"`+imageModuleDir(t)+`", "`+cfg.ModuleDir+`"`) {
+		t.Errorf("install-modules does not copy %s to %s", imageModuleDir(t), cfg.ModuleDir)
+	}
+
+	// Same grants as on Kubernetes, and the example names one of them.
+	k8s := loadConfig(t, configMapYAML(t, readObjects(t, "kubernetes")), nil)
+	for name, g := range k8s.Modules {
+		n, ok := cfg.Modules[name]
+		if !ok || !slices.Equal(n.HostCalls, g.HostCalls) || !slices.Equal(n.Roots, g.Roots) {
+			t.Errorf("module %s: Nomad grant %+v, Kubernetes grant %+v", name, n, g)
+		}
+	}
+	backend := regexp.MustCompile(`"` + regexp.QuoteMeta(cfg.BackendParameter) + `"\s*=\s*"([^"]+)"`).FindSubmatch(vol)
+	if backend == nil {
+		t.Fatalf("volume.hcl sets no %s parameter", cfg.BackendParameter)
+	}
+	if _, ok := cfg.Modules[string(backend[1])]; !ok {
+		t.Errorf("volume.hcl names backend %q, which the job does not grant", backend[1])
+	}
+}
