@@ -82,7 +82,7 @@ type Config struct {
 // concurrent use; changes are serialized (each is a few configfs writes).
 type Configfs struct {
 	cfg Config
-	mu  sync.Mutex
+	mu  *sync.Mutex // shared by the narrowed copies the host calls make
 }
 
 // New checks cfg and returns a Configfs. It does not touch the kernel, so
@@ -102,7 +102,7 @@ func New(cfg Config) (*Configfs, error) {
 	if cfg.NamePrefix == "" || !validName(cfg.NamePrefix) {
 		return nil, abi.Errorf(abi.InvalidArgument, "lio: name prefix "+strconv.Quote(cfg.NamePrefix)+" must be letters, digits, '_', '.', '-'")
 	}
-	return &Configfs{cfg: cfg}, nil
+	return &Configfs{cfg: cfg, mu: new(sync.Mutex)}, nil
 }
 
 // Backstore is a block device or file that LIO serves.

@@ -301,3 +301,50 @@ func TestVMResizeFileIO(t *testing.T) {
 		t.Fatalf("resize of a missing backstore = %v, want NOT_FOUND", err)
 	}
 }
+
+func TestVMBindingRoundTrip(t *testing.T) {
+	c := requireLIO(t)
+	ctx := context.Background()
+	target := testPrefix + "hostcall"
+	name := backstoreName(target, 2)
+	t.Cleanup(func() { c.DeleteTarget(ctx, target); deleteBackstoreNamed(t, FileIO, name) })
+	file := sparseFile(t, 8<<20)
+	roots := []string{testPrefix, filepath.Dir(file), "127.0.0.1:3260"}
+	create := &abi.LioLunCreateRequest{Target: target, LUN: 2, Kind: "fileio", Path: file, Portals: []string{"127.0.0.1:3260"}}
+	for range 2 { // idempotent
+		if err := callAt(t, DefaultRoot, roots, abi.HostCallLioLunCreate, create); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grant := &abi.LioGrantRequest{Target: target, LUN: 2, Initiator: vmInitiator, ChapUser: "user1", ChapSecret: "secret123456"}
+	if err := callAt(t, DefaultRoot, roots, abi.HostCallLioGrant, grant); err != nil {
+		t.Fatal(err)
+	}
+	ti, err := c.Target(ctx, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ti.LUNs[2] != (BackstoreRef{Kind: FileIO, Name: name}) || !slices.Equal(ti.ACLs[vmInitiator], []int{2}) || !ti.CHAP[vmInitiator] {
+		t.Fatalf("after create and grant: %+v", ti)
+	}
+	if err := callAt(t, DefaultRoot, roots, abi.HostCallLioRevoke, grant); err != nil {
+		t.Fatal(err)
+	}
+	if err := callAt(t, DefaultRoot, roots, abi.HostCallLioLunDelete, &abi.LioLunRequest{Target: target, LUN: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Target(ctx, target); abi.CodeOf(err) != abi.NotFound {
+		t.Fatalf("target after lio_lun_delete: %v, want NOT_FOUND", err)
+	}
+	if _, err := os.Stat(filepath.Join(DefaultRoot, "core", "fileio_0", name)); !os.IsNotExist(err) {
+		t.Fatalf("backstore %s left after lio_lun_delete: %v", name, err)
+	}
+}
+
+// deleteBackstoreNamed removes a backstore outside the test name prefix.
+func deleteBackstoreNamed(t *testing.T, k Kind, name string) {
+	hba, _ := k.hba()
+	if err := rmdir(filepath.Join(DefaultRoot, "core", hba, name)); err != nil {
+		t.Errorf("cleanup %s: %v", name, err)
+	}
+}
