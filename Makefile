@@ -9,7 +9,7 @@
 GO       ?= go
 BIN      := bin
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -X github.com/wasmcsi/wasmcsi/host.Version=$(VERSION)
+LDFLAGS  := -s -w -X github.com/wasmcsi/wasmcsi/host.Version=$(VERSION)
 EXAMPLES := $(patsubst examples/%/,%,$(sort $(dir $(wildcard examples/*/*.go))))
 MODULES  := $(EXAMPLES:%=$(BIN)/modules/%.wasm)
 TGMODULES:= $(EXAMPLES:%=$(BIN)/modules/%.tinygo.wasm)
