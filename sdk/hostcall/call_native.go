@@ -3,6 +3,7 @@
 package hostcall
 
 import (
+	"errors"
 	"os"
 
 	"github.com/wasmcsi/wasmcsi/abi"
@@ -21,10 +22,17 @@ func call(_ rawFunc, name string, req, resp abi.Message) error {
 	}
 	out, err := host(name, req.AppendWire(nil))
 	if err != nil {
-		if e, ok := err.(*abi.Error); ok {
-			return e
+		// As the daemon does (modules/instance.go): the code of an
+		// *abi.Error anywhere in the chain reaches the module.
+		var e *abi.Error
+		switch {
+		case !errors.As(err, &e) || e.Code == abi.OK || !e.Code.Valid():
+			return abi.Errorf(abi.Internal, err.Error())
+		case e == err:
+			return abi.Errorf(e.Code, e.Message)
+		default:
+			return abi.Errorf(e.Code, err.Error())
 		}
-		return abi.Errorf(abi.Internal, err.Error())
 	}
 	return decode(abi.OK, out, resp)
 }
