@@ -36,3 +36,18 @@ capability {
 parameters {
   "wasmcsi.dev/backend" = "localdir"
 }
+
+# The shipped backends are node-local: a volume lives on the client whose
+# plugin created it (topology.wasmcsi.dev/node is that client's name, and
+# Nomad places claiming allocations there). Naming the client makes a create
+# that reaches another client's plugin fail instead of landing there:
+#
+# topology_request {
+#   required {
+#     topology {
+#       segments {
+#         "topology.wasmcsi.dev/node" = "client-1"
+#       }
+#     }
+#   }
+# }
