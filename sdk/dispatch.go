@@ -4,7 +4,7 @@ import "github.com/wasmcsi/wasmcsi/abi"
 
 // Dispatch decodes req for op, calls the backend and encodes its answer.
 // On failure it returns the error message and a non-OK code: an *abi.Error
-// keeps its code, any other error is INTERNAL, a request that does not decode
+// (also wrapped) keeps its code, any other error is INTERNAL, a request that does not decode
 // is INVALID_ARGUMENT and an operation b does not implement UNIMPLEMENTED.
 // The guest glue and native tests both go through Dispatch, so a module
 // behaves the same in `go test` and in the daemon.
@@ -98,6 +98,11 @@ func run[R any, PR interface {
 	if err != nil {
 		if e, ok := err.(*abi.Error); ok && e.Code != abi.OK && e.Code.Valid() {
 			return []byte(e.Message), e.Code
+		}
+		// A wrapped *abi.Error (fmt.Errorf("...: %w", err)) keeps its code
+		// too, as host-call errors do in the daemon.
+		if c := abi.CodeOf(err); c != abi.OK && c != abi.Unknown && c.Valid() {
+			return []byte(err.Error()), c
 		}
 		return []byte(err.Error()), abi.Internal
 	}
