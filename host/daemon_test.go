@@ -3,9 +3,11 @@ package host_test
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,19 +17,38 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/host"
 	"github.com/wasmcsi/wasmcsi/host/config"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
 )
 
 // daemon is a real wasmcsi server in this process, on its own unix socket,
-// records and module folder, serving one backend module.
+// records and module folder, serving one or more backend modules.
 type daemon struct {
 	cfg    *config.Config
+	opts   daemonOptions
 	srv    *host.Server
 	socket string
 	conn   *grpc.ClientConn
-	pool   string
+	// pool is the first module's pool folder; pools has every module's.
+	pool  string
+	pools map[string]string
+	// stop stops the running server; it is safe to call twice.
+	stop func()
+}
+
+// daemonModule is one backend module the daemon serves.
+type daemonModule struct {
+	name      string
+	wasm      string
+	hostcalls []string
+	config    map[string]string
+	// roots beside the module's pool folder, which is always its first root.
+	extraRoots []string
+	// limits, when set, override the daemon-wide limits for this module.
+	limits *config.Limits
 }
 
 type daemonOptions struct {
+	// The first module, which is also the default backend.
 	backend   string
 	wasm      string
 	hostcalls []string
@@ -35,6 +56,18 @@ type daemonOptions struct {
 	// roots beside the pool folder, which is always the first root.
 	extraRoots []string
 	role       string
+	// more modules served beside the first.
+	more []daemonModule
+	// limits replace the non-zero fields of the daemon-wide limits.
+	limits config.Limits
+	// hostCalls are offered to modules beside the daemon's own (fakes a
+	// test controls; their family must be granted like any other).
+	hostCalls []hostcalls.Func
+}
+
+func (o daemonOptions) modules() []daemonModule {
+	first := daemonModule{name: o.backend, wasm: o.wasm, hostcalls: o.hostcalls, config: o.config, extraRoots: o.extraRoots}
+	return append([]daemonModule{first}, o.more...)
 }
 
 // startDaemon starts a daemon in a temporary folder; it stops and its
@@ -60,40 +93,81 @@ func startDaemon(t testing.TB, o daemonOptions) *daemon {
 	if o.role != "" {
 		cfg.Role = o.role
 	}
-	pool := filepath.Join(dir, "pool")
-	if err := os.MkdirAll(pool, 0o755); err != nil {
-		t.Fatal(err)
+	if o.limits.CallTimeout > 0 {
+		cfg.Limits.CallTimeout = o.limits.CallTimeout
 	}
-	cfg.Modules = map[string]config.Module{o.backend: {
-		HostCalls: o.hostcalls,
-		Roots:     append([]string{pool}, o.extraRoots...),
-		Config:    o.config,
-	}}
+	if o.limits.MemoryPages > 0 {
+		cfg.Limits.MemoryPages = o.limits.MemoryPages
+	}
+	if o.limits.PoolSize > 0 {
+		cfg.Limits.PoolSize = o.limits.PoolSize
+	}
+	if o.limits.AcquireTimeout > 0 {
+		cfg.Limits.AcquireTimeout = o.limits.AcquireTimeout
+	}
 	if err := os.MkdirAll(cfg.ModuleDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(o.wasm)
-	if err != nil {
-		t.Fatal(err)
+	d := &daemon{cfg: cfg, opts: o, pools: map[string]string{}}
+	cfg.Modules = map[string]config.Module{}
+	for i, m := range o.modules() {
+		pool := filepath.Join(dir, "pools", m.name)
+		if i == 0 {
+			pool = filepath.Join(dir, "pool")
+			d.pool = pool
+		}
+		if err := os.MkdirAll(pool, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		d.pools[m.name] = pool
+		cfg.Modules[m.name] = config.Module{
+			HostCalls: m.hostcalls,
+			Roots:     append([]string{pool}, m.extraRoots...),
+			Config:    m.config,
+			Limits:    m.limits,
+		}
+		data, err := os.ReadFile(m.wasm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(cfg.ModuleDir, m.name+".wasm"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.WriteFile(filepath.Join(cfg.ModuleDir, o.backend+".wasm"), data, 0o644); err != nil {
-		t.Fatal(err)
+	d.start(t)
+	t.Cleanup(func() { d.stop() })
+	return d
+}
+
+// start runs a new server on the daemon's configuration, records and
+// socket, and connects a client to it.
+func (d *daemon) start(t testing.TB) {
+	t.Helper()
+	cfg := d.cfg
+	calls := host.DefaultHostCalls()
+	for _, f := range d.opts.hostCalls {
+		calls[f.Name] = f
 	}
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := host.New(ctx, cfg, host.Options{Log: log})
+	srv, err := host.New(ctx, cfg, host.Options{Log: log, HostCalls: calls})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	if got := srv.Backends(); len(got) != 1 || got[0] != o.backend {
+	want := slices.Sorted(maps.Keys(cfg.Modules))
+	if got := srv.Backends(); !slices.Equal(got, want) {
 		cancel()
 		srv.Close(context.Background())
-		t.Fatalf("backend %s did not load (loaded: %v)", o.backend, got)
+		t.Fatalf("backends %v did not all load (loaded: %v)", want, got)
+	}
+	if err := os.Remove(cfg.SocketPath()); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
 	}
 	lis, err := net.Listen("unix", cfg.SocketPath())
 	if err != nil {
 		cancel()
+		srv.Close(context.Background())
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
@@ -105,10 +179,18 @@ func startDaemon(t testing.TB, o daemonOptions) *daemon {
 	}()
 	conn, err := grpc.NewClient("unix://"+cfg.SocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
+		cancel()
+		<-done
+		srv.Close(context.Background())
 		t.Fatal(err)
 	}
-	d := &daemon{cfg: cfg, srv: srv, socket: cfg.SocketPath(), conn: conn, pool: pool}
-	t.Cleanup(func() {
+	stopped := false
+	d.srv, d.socket, d.conn = srv, cfg.SocketPath(), conn
+	d.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		conn.Close()
 		cancel()
 		select {
@@ -117,8 +199,15 @@ func startDaemon(t testing.TB, o daemonOptions) *daemon {
 			t.Error("daemon did not stop")
 		}
 		srv.Close(context.Background())
-	})
-	return d
+	}
+}
+
+// restart stops the daemon and starts a new one on the same records,
+// modules and socket, as after a crash or an upgrade of the daemon.
+func (d *daemon) restart(t testing.TB) {
+	t.Helper()
+	d.stop()
+	d.start(t)
 }
 
 func (d *daemon) controller() csi.ControllerClient { return csi.NewControllerClient(d.conn) }
