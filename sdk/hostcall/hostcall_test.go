@@ -1,0 +1,254 @@
+//go:build !wasip1
+
+package hostcall_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
+	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
+)
+
+type wrapperCase struct {
+	name string      // the host call
+	req  abi.Message // what the wrapper must send
+	resp abi.Message // what the host answers; nil answers Empty
+	call func() (any, error)
+	want any // the wrapper's result for resp (nil for error-only wrappers)
+}
+
+// ret adapts wrappers that answer only an error.
+func ret(err error) (any, error) { return nil, err }
+
+// val adapts wrappers that answer a value and an error.
+func val[T any](v T, err error) (any, error) { return v, err }
+
+func wrapperCases() []wrapperCase {
+	loopDev := &abi.LoopDevice{Path: "/dev/loop3", File: "/pool/v.img", SizeBytes: 1 << 30, DirectIO: true}
+	dirStatfs := &abi.DirStatfs{TotalBytes: 100, FreeBytes: 50, AvailableBytes: 40, TotalInodes: 10, FreeInodes: 5}
+	poolStatus := &abi.DmPoolStatus{TransactionID: 7, UsedDataBlocks: 3, TotalDataBlocks: 100, BlockSectors: 128}
+	thin := &abi.DmThinRequest{Pool: "wasmcsi-pool", ID: 4, SizeBytes: 1 << 30}
+	return []wrapperCase{
+		{abi.HostCallLoopAttach, &abi.LoopAttachRequest{File: "/pool/v.img", DirectIO: true}, loopDev,
+			func() (any, error) {
+				return val(hostcall.LoopAttach(&abi.LoopAttachRequest{File: "/pool/v.img", DirectIO: true}))
+			}, loopDev},
+		{abi.HostCallLoopFind, &abi.LoopFileRequest{File: "/pool/v.img"}, &abi.LoopFindResponse{Found: true, Device: *loopDev},
+			func() (any, error) { return val(hostcall.LoopFind("/pool/v.img")) }, &abi.LoopFindResponse{Found: true, Device: *loopDev}},
+		{abi.HostCallLoopResize, &abi.LoopDeviceRequest{Device: "/dev/loop3"}, &abi.LoopResizeResponse{SizeBytes: 2 << 30},
+			func() (any, error) { return val(hostcall.LoopResize("/dev/loop3")) }, int64(2 << 30)},
+		{abi.HostCallLoopDetach, &abi.LoopDeviceRequest{Device: "/dev/loop3"}, nil,
+			func() (any, error) { return ret(hostcall.LoopDetach("/dev/loop3")) }, nil},
+
+		{abi.HostCallFileCreate, &abi.FileCreateRequest{Path: "/pool/v.img", SizeBytes: 1 << 20, Prealloc: true}, nil,
+			func() (any, error) {
+				return ret(hostcall.FileCreate(&abi.FileCreateRequest{Path: "/pool/v.img", SizeBytes: 1 << 20, Prealloc: true}))
+			}, nil},
+		{abi.HostCallFileResize, &abi.FileResizeRequest{Path: "/pool/v.img", SizeBytes: 2 << 20}, nil,
+			func() (any, error) {
+				return ret(hostcall.FileResize(&abi.FileResizeRequest{Path: "/pool/v.img", SizeBytes: 2 << 20}))
+			}, nil},
+		{abi.HostCallFileRemove, &abi.FileRequest{Path: "/pool/v.img"}, nil,
+			func() (any, error) { return ret(hostcall.FileRemove("/pool/v.img")) }, nil},
+		{abi.HostCallFileClone, &abi.FileCloneRequest{Source: "/pool/a.img", Target: "/pool/b.img"}, nil,
+			func() (any, error) { return ret(hostcall.FileClone("/pool/a.img", "/pool/b.img")) }, nil},
+		{abi.HostCallFileStat, &abi.FileRequest{Path: "/pool/v.img"}, &abi.FileStat{SizeBytes: 1 << 20, AllocatedBytes: 4096},
+			func() (any, error) { return val(hostcall.FileStat("/pool/v.img")) }, &abi.FileStat{SizeBytes: 1 << 20, AllocatedBytes: 4096}},
+		{abi.HostCallFileStatfs, &abi.FileRequest{Path: "/pool"}, &abi.FileStatfs{TotalBytes: 100, AvailableBytes: 60, UsedBytes: 40},
+			func() (any, error) { return val(hostcall.FileStatfs("/pool")) }, &abi.FileStatfs{TotalBytes: 100, AvailableBytes: 60, UsedBytes: 40}},
+
+		{abi.HostCallDirCreate, &abi.DirCreateRequest{Path: "/pool/v", QuotaBytes: 1 << 20}, nil,
+			func() (any, error) {
+				return ret(hostcall.DirCreate(&abi.DirCreateRequest{Path: "/pool/v", QuotaBytes: 1 << 20}))
+			}, nil},
+		{abi.HostCallDirRemove, &abi.DirRequest{Path: "/pool/v"}, nil,
+			func() (any, error) { return ret(hostcall.DirRemove("/pool/v")) }, nil},
+		{abi.HostCallDirCopy, &abi.DirCopyRequest{Source: "/pool/a", Target: "/pool/b"}, nil,
+			func() (any, error) { return ret(hostcall.DirCopy("/pool/a", "/pool/b")) }, nil},
+		{abi.HostCallDirStatfs, &abi.DirRequest{Path: "/pool"}, dirStatfs,
+			func() (any, error) { return val(hostcall.DirStatfs("/pool")) }, dirStatfs},
+		{abi.HostCallDirUsage, &abi.DirRequest{Path: "/pool/v"}, &abi.DirUsage{UsedBytes: 8192, UsedInodes: 2},
+			func() (any, error) { return val(hostcall.DirUsage("/pool/v")) }, &abi.DirUsage{UsedBytes: 8192, UsedInodes: 2}},
+		{abi.HostCallDirSetQuota, &abi.DirQuotaRequest{Path: "/pool/v", QuotaBytes: 1 << 30}, nil,
+			func() (any, error) { return ret(hostcall.DirSetQuota("/pool/v", 1<<30)) }, nil},
+		{abi.HostCallDirQuotaSupported, &abi.DirRequest{Path: "/pool"}, &abi.DirQuotaSupport{Reason: "ext4 without prjquota"},
+			func() (any, error) { return val(hostcall.DirQuotaSupported("/pool")) }, &abi.DirQuotaSupport{Reason: "ext4 without prjquota"}},
+		{abi.HostCallDirExists, &abi.DirRequest{Path: "/pool/v"}, &abi.DirExists{Exists: true},
+			func() (any, error) { return val(hostcall.DirExists("/pool/v")) }, true},
+
+		{abi.HostCallMountBind, &abi.MountBindRequest{Source: "/pool/v", Target: "/staging/v", ReadOnly: true}, &abi.MountChange{Changed: true},
+			func() (any, error) {
+				return val(hostcall.MountBind(&abi.MountBindRequest{Source: "/pool/v", Target: "/staging/v", ReadOnly: true}))
+			}, &abi.MountChange{Changed: true}},
+		{abi.HostCallMountUnmount, &abi.MountUnmountRequest{Target: "/staging/v", Lazy: true}, &abi.MountChange{Changed: true},
+			func() (any, error) {
+				return val(hostcall.MountUnmount(&abi.MountUnmountRequest{Target: "/staging/v", Lazy: true}))
+			},
+			&abi.MountChange{Changed: true}},
+		{abi.HostCallMountInfo, &abi.MountInfoRequest{Target: "/staging/v"}, &abi.MountInfo{Mounted: true, Source: "/dev/loop3", FSType: "xfs", Options: []string{"rw"}},
+			func() (any, error) { return val(hostcall.MountInfo("/staging/v")) },
+			&abi.MountInfo{Mounted: true, Source: "/dev/loop3", FSType: "xfs", Options: []string{"rw"}}},
+
+		{abi.HostCallDmPoolOpen, &abi.DmPoolOpenRequest{Pool: "wasmcsi-pool", MetaDev: "/dev/loop1", DataDev: "/dev/loop2", BlockSectors: 128, Format: true},
+			&abi.DmPoolOpenResponse{Path: "/dev/mapper/wasmcsi-pool", Formatted: true, BlockSectors: 128, Status: *poolStatus},
+			func() (any, error) {
+				return val(hostcall.DmPoolOpen(&abi.DmPoolOpenRequest{Pool: "wasmcsi-pool", MetaDev: "/dev/loop1", DataDev: "/dev/loop2", BlockSectors: 128, Format: true}))
+			}, &abi.DmPoolOpenResponse{Path: "/dev/mapper/wasmcsi-pool", Formatted: true, BlockSectors: 128, Status: *poolStatus}},
+		{abi.HostCallDmPoolStatus, &abi.DmPoolRequest{Pool: "wasmcsi-pool"}, poolStatus,
+			func() (any, error) { return val(hostcall.DmPoolStatus(&abi.DmPoolRequest{Pool: "wasmcsi-pool"})) }, poolStatus},
+		{abi.HostCallDmThinCreate, thin, &abi.DmThinResponse{Path: "/dev/mapper/wasmcsi-thin-4"},
+			func() (any, error) { return val(hostcall.DmThinCreate(thin)) }, &abi.DmThinResponse{Path: "/dev/mapper/wasmcsi-thin-4"}},
+		{abi.HostCallDmThinActivate, thin, &abi.DmThinResponse{Path: "/dev/mapper/wasmcsi-thin-4"},
+			func() (any, error) { return val(hostcall.DmThinActivate(thin)) }, &abi.DmThinResponse{Path: "/dev/mapper/wasmcsi-thin-4"}},
+		{abi.HostCallDmThinDeactivate, thin, nil, func() (any, error) { return ret(hostcall.DmThinDeactivate(thin)) }, nil},
+		{abi.HostCallDmThinDelete, thin, nil, func() (any, error) { return ret(hostcall.DmThinDelete(thin)) }, nil},
+		{abi.HostCallDmThinResize, thin, nil, func() (any, error) { return ret(hostcall.DmThinResize(thin)) }, nil},
+		{abi.HostCallDmThinSnapshot, &abi.DmThinSnapshotRequest{Pool: "wasmcsi-pool", OriginID: 4, SnapshotID: 5}, nil,
+			func() (any, error) {
+				return ret(hostcall.DmThinSnapshot(&abi.DmThinSnapshotRequest{Pool: "wasmcsi-pool", OriginID: 4, SnapshotID: 5}))
+			}, nil},
+	}
+}
+
+// install makes a FakeHost answering name with fn the native host for the
+// rest of the test.
+func install(t *testing.T, name string, fn func(req []byte) ([]byte, error)) *moduletest.FakeHost {
+	t.Helper()
+	fake := &moduletest.FakeHost{}
+	fake.Handle(name[:strings.IndexByte(name, '_')], name, fn)
+	hostcall.SetHost(fake.Native())
+	t.Cleanup(func() { hostcall.SetHost(nil) })
+	return fake
+}
+
+// TestWrappersCoverEveryImport keeps the table in step with the imports
+// the SDK declares for modules.
+func TestWrappersCoverEveryImport(t *testing.T) {
+	src, err := os.ReadFile("imports_wasip1.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, tc := range wrapperCases() {
+		have[tc.name] = true
+	}
+	imports := regexp.MustCompile(`(?m)^//go:wasmimport wasmcsi (\w+)$`).FindAllStringSubmatch(string(src), -1)
+	if len(imports) == 0 {
+		t.Fatal("no wasmcsi imports found in imports_wasip1.go")
+	}
+	for _, m := range imports {
+		if !have[m[1]] {
+			t.Errorf("no wrapper case for host call %s", m[1])
+		}
+	}
+}
+
+func TestWrappersSendAndDecode(t *testing.T) {
+	for _, tc := range wrapperCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []byte
+			fake := install(t, tc.name, func(req []byte) ([]byte, error) {
+				got = req
+				if tc.resp == nil {
+					return nil, nil
+				}
+				return tc.resp.AppendWire(nil), nil
+			})
+			res, err := tc.call()
+			if err != nil {
+				t.Fatalf("call: %v", err)
+			}
+			if calls := fake.Calls(); len(calls) != 1 || calls[0] != tc.name {
+				t.Fatalf("host calls %v, want [%s]", calls, tc.name)
+			}
+			if want := tc.req.AppendWire(nil); string(got) != string(want) {
+				t.Errorf("request %x, want %x (%+v)", got, want, tc.req)
+			}
+			if !reflect.DeepEqual(res, tc.want) {
+				t.Errorf("result %#v, want %#v", res, tc.want)
+			}
+		})
+	}
+}
+
+func TestWrappersKeepErrorCodes(t *testing.T) {
+	for _, ec := range []struct {
+		name string
+		err  error
+		code abi.Code
+		msg  string
+	}{
+		{"abi error", abi.Errorf(abi.NotFound, "no such file"), abi.NotFound, "no such file"},
+		{"wrapped abi error", fmt.Errorf("/pool/x: %w", abi.Errorf(abi.PermissionDenied, "outside the granted roots")),
+			abi.PermissionDenied, "/pool/x: PERMISSION_DENIED: outside the granted roots"},
+		{"plain error", errors.New("EIO"), abi.Internal, "EIO"},
+		{"abi error with code OK", &abi.Error{Code: abi.OK, Message: "odd"}, abi.Internal, "OK: odd"},
+	} {
+		t.Run(ec.name, func(t *testing.T) {
+			for _, tc := range wrapperCases() {
+				install(t, tc.name, func([]byte) ([]byte, error) { return nil, ec.err })
+				_, err := tc.call()
+				var e *abi.Error
+				if !errors.As(err, &e) || e.Code != ec.code || e.Message != ec.msg {
+					t.Errorf("%s: error %#v, want %v %q", tc.name, err, ec.code, ec.msg)
+				}
+			}
+		})
+	}
+}
+
+func TestWrappersRefuseGarbageAnswers(t *testing.T) {
+	for _, tc := range wrapperCases() {
+		if tc.resp == nil {
+			continue
+		}
+		install(t, tc.name, func([]byte) ([]byte, error) { return []byte{0x0a, 0x05, 'x'}, nil })
+		_, err := tc.call()
+		if abi.CodeOf(err) != abi.Internal || !strings.Contains(err.Error(), "does not decode") {
+			t.Errorf("%s: %v, want INTERNAL: host answer does not decode", tc.name, err)
+		}
+	}
+}
+
+func TestNoHostIsUnavailable(t *testing.T) {
+	hostcall.SetHost(nil)
+	for _, tc := range wrapperCases() {
+		_, err := tc.call()
+		if abi.CodeOf(err) != abi.Unavailable || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("%s without a host: %v, want UNAVAILABLE naming the call", tc.name, err)
+		}
+	}
+}
+
+// TestLog checks the native log: warnings and errors reach stderr, lower
+// levels are dropped, Logf joins its parts.
+func TestLog(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := os.Stderr
+	os.Stderr = w
+	t.Cleanup(func() { os.Stderr = stderr })
+	hostcall.Log(abi.LogDebug, "debug line")
+	hostcall.Log(abi.LogInfo, "info line")
+	hostcall.Log(abi.LogWarn, "warn line")
+	hostcall.Logf(abi.LogError, "pool ", "/pool", " is full")
+	w.Close()
+	os.Stderr = stderr
+	out, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "warn line\npool /pool is full\n"; string(out) != want {
+		t.Errorf("stderr %q, want %q", out, want)
+	}
+}
