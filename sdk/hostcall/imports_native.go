@@ -15,4 +15,5 @@ var (
 	dirCreate, dirRemove, dirCopy, dirStatfs, dirUsage, dirSetQuota, dirQuotaSupported, dirExists                        rawFunc
 	mountBind, mountUnmount, mountInfo                                                                                   rawFunc
 	dmPoolOpen, dmPoolStatus, dmThinCreate, dmThinActivate, dmThinDeactivate, dmThinDelete, dmThinResize, dmThinSnapshot rawFunc
+	iscsiLogin, iscsiLogout, iscsiRescan, lioLunCreate, lioLunDelete, lioGrant, lioRevoke, netRouteTo, netInterfaces     rawFunc
 )

@@ -182,3 +182,57 @@ func dmThinSnapshotImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer,
 func dmThinSnapshot(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
 	return dmThinSnapshotImport(req, reqLen, out, outLimit)
 }
+
+//go:wasmimport wasmcsi iscsi_login
+func iscsiLoginImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func iscsiLogin(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return iscsiLoginImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi iscsi_logout
+func iscsiLogoutImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func iscsiLogout(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return iscsiLogoutImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi iscsi_rescan
+func iscsiRescanImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func iscsiRescan(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return iscsiRescanImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi lio_lun_create
+func lioLunCreateImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func lioLunCreate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return lioLunCreateImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi lio_lun_delete
+func lioLunDeleteImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func lioLunDelete(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return lioLunDeleteImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi lio_grant
+func lioGrantImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func lioGrant(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return lioGrantImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi lio_revoke
+func lioRevokeImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func lioRevoke(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return lioRevokeImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi net_route_to
+func netRouteToImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func netRouteTo(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return netRouteToImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi net_interfaces
+func netInterfacesImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func netInterfaces(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return netInterfacesImport(req, reqLen, out, outLimit)
+}
