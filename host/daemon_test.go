@@ -144,7 +144,10 @@ func startDaemon(t testing.TB, o daemonOptions) *daemon {
 func (d *daemon) start(t testing.TB) {
 	t.Helper()
 	cfg := d.cfg
-	calls := host.DefaultHostCalls()
+	calls, err := host.DefaultHostCalls(cfg.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range d.opts.hostCalls {
 		calls[f.Name] = f
 	}

@@ -5,5 +5,8 @@ import (
 	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
 )
 
-// DefaultHostCalls is every host call the daemon offers modules.
-func DefaultHostCalls() map[string]hostcalls.Func { return catalog.All() }
+// DefaultHostCalls is every host call the daemon offers modules, with the
+// iSCSI initiator's state under stateDir.
+func DefaultHostCalls(stateDir string) (map[string]hostcalls.Func, error) {
+	return catalog.New(catalog.Options{StateDir: stateDir})
+}

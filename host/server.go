@@ -86,7 +86,10 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Server, error) 
 
 	calls := opt.HostCalls
 	if calls == nil {
-		calls = DefaultHostCalls()
+		if calls, err = DefaultHostCalls(cfg.StateDir); err != nil {
+			store.Close()
+			return nil, fmt.Errorf("host calls: %w", err)
+		}
 	}
 	grants := map[string]modules.Grant{}
 	for name, m := range cfg.Modules {

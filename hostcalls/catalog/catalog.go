@@ -5,32 +5,63 @@ package catalog
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/wasmcsi/wasmcsi/hostcalls"
 	"github.com/wasmcsi/wasmcsi/hostcalls/dirpool"
 	"github.com/wasmcsi/wasmcsi/hostcalls/dm"
 	"github.com/wasmcsi/wasmcsi/hostcalls/filepool"
+	"github.com/wasmcsi/wasmcsi/hostcalls/iscsi"
+	"github.com/wasmcsi/wasmcsi/hostcalls/lio"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
+	"github.com/wasmcsi/wasmcsi/hostcalls/netinfo"
 )
 
-// All returns every host call by import name. It panics on a duplicate
-// name, which is a programming error caught by the package's test.
-func All() map[string]hostcalls.Func {
-	out := map[string]hostcalls.Func{}
-	for _, family := range [][]hostcalls.Func{
+// Options configure the families that keep state of their own.
+type Options struct {
+	// StateDir is the daemon's state folder; the iSCSI initiator keeps
+	// which volumes use which session under StateDir/iscsi. Empty leaves
+	// the iscsi family out.
+	StateDir string
+}
+
+// New returns every host call by import name.
+func New(o Options) (map[string]hostcalls.Func, error) {
+	families := [][]hostcalls.Func{
 		dirpool.Bindings(),
 		mount.Bindings(),
 		filepool.Bindings(),
 		loop.Bindings(),
 		dm.Bindings(),
-	} {
+		lio.Bindings(),
+		netinfo.Bindings(),
+	}
+	if o.StateDir != "" {
+		in, err := iscsi.New(filepath.Join(o.StateDir, "iscsi"), nil)
+		if err != nil {
+			return nil, err
+		}
+		families = append(families, iscsi.Bindings(in))
+	}
+	out := map[string]hostcalls.Func{}
+	for _, family := range families {
 		for _, f := range family {
 			if _, dup := out[f.Name]; dup {
-				panic(fmt.Sprintf("catalog: host call %q declared twice", f.Name))
+				return nil, fmt.Errorf("catalog: host call %q declared twice", f.Name)
 			}
 			out[f.Name] = f
 		}
 	}
-	return out
+	return out, nil
+}
+
+// All returns every stateless host call (all but the iscsi family), for
+// tests and tools that run modules outside the daemon.
+func All() map[string]hostcalls.Func {
+	m, err := New(Options{})
+	if err != nil {
+		panic(err) // a duplicate name: a programming error the package test catches
+	}
+	return m
 }
