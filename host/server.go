@@ -63,6 +63,10 @@ type Options struct {
 	HostCalls map[string]hostcalls.Func
 	// Metrics registers the daemon's metrics when set.
 	Metrics MetricsRegisterer
+	// NoRecords loads the modules without opening the records, for tools
+	// that only describe them next to a running daemon (which holds the
+	// records' lock). Such a server cannot serve CSI.
+	NoRecords bool
 }
 
 // New opens the records, starts the module runtime and loads every module.
@@ -76,18 +80,29 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Server, error) 
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
-	store, err := state.Open(filepath.Join(cfg.StateDir, "wasmcsi.db"))
-	if err != nil {
-		return nil, fmt.Errorf("open records: %w", err)
+	var store *state.Store
+	if !opt.NoRecords {
+		var err error
+		if store, err = state.Open(filepath.Join(cfg.StateDir, "wasmcsi.db")); err != nil {
+			return nil, fmt.Errorf("open records: %w", err)
+		}
 	}
+	s, err := newServer(ctx, cfg, opt, log, store)
+	if err != nil && store != nil {
+		store.Close()
+	}
+	return s, err
+}
+
+func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.Logger, store *state.Store) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, store: store, locks: keylock.New()}
 	s.metrics = newMetrics(opt.Metrics)
 	s.node = newNodeSteps(log)
 
 	calls := opt.HostCalls
 	if calls == nil {
+		var err error
 		if calls, err = DefaultHostCalls(cfg.StateDir); err != nil {
-			store.Close()
 			return nil, fmt.Errorf("host calls: %w", err)
 		}
 	}
@@ -95,19 +110,20 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Server, error) 
 	for name, m := range cfg.Modules {
 		grants[name] = modules.Grant{HostCalls: m.HostCalls, Roots: m.Roots, Config: m.Config}
 		if err := createPools(m); err != nil {
-			store.Close()
 			return nil, fmt.Errorf("module %s: %w", name, err)
 		}
 	}
-	pins := map[string]string{}
+	pins, overrides := map[string]string{}, map[string]modules.Limits{}
 	for name, m := range cfg.Modules {
 		if m.SHA256 != "" {
 			pins[name] = m.SHA256
 		}
+		if m.Limits != nil {
+			overrides[name] = runtimeLimits(*m.Limits)
+		}
 	}
 	if cfg.CacheDir != "" {
 		if err := os.MkdirAll(cfg.CacheDir, 0o700); err != nil {
-			store.Close()
 			return nil, fmt.Errorf("cache dir: %w", err)
 		}
 	}
@@ -116,20 +132,15 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Server, error) 
 		CacheDir:     cfg.CacheDir,
 		PreferTinyGo: cfg.PreferTinyGo,
 		Pins:         pins,
-		Limits: modules.Limits{
-			CallTimeout:    cfg.Limits.CallTimeout,
-			MemoryPages:    cfg.Limits.MemoryPages,
-			PoolSize:       cfg.Limits.PoolSize,
-			AcquireTimeout: cfg.Limits.AcquireTimeout,
-		},
-		Grants:    grants,
-		HostCalls: calls,
-		OnLoad:    s.onLoad,
-		Log:       log,
-		Metrics:   opt.Metrics,
+		Limits:       runtimeLimits(cfg.Limits),
+		Overrides:    overrides,
+		Grants:       grants,
+		HostCalls:    calls,
+		OnLoad:       s.onLoad,
+		Log:          log,
+		Metrics:      opt.Metrics,
 	})
 	if err != nil {
-		store.Close()
 		return nil, fmt.Errorf("module runtime: %w", err)
 	}
 	s.rt = rt
@@ -156,7 +167,11 @@ func (s *Server) Backends() []string { return append([]string(nil), s.backends.L
 
 // Close stops the runtime and closes the records.
 func (s *Server) Close(ctx context.Context) error {
-	return errors.Join(s.rt.Close(ctx), s.store.Close())
+	err := s.rt.Close(ctx)
+	if s.store != nil {
+		err = errors.Join(err, s.store.Close())
+	}
+	return err
 }
 
 // Serve serves CSI on the configured unix socket until ctx ends, then stops
@@ -224,4 +239,8 @@ func createPools(m config.Module) error {
 		}
 	}
 	return nil
+}
+
+func runtimeLimits(l config.Limits) modules.Limits {
+	return modules.Limits{CallTimeout: l.CallTimeout, MemoryPages: l.MemoryPages, PoolSize: l.PoolSize, AcquireTimeout: l.AcquireTimeout}
 }

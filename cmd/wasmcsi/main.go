@@ -175,7 +175,7 @@ func watchModules(ctx context.Context, dir string, srv *host.Server, log *slog.L
 }
 
 func listModules(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
-	srv, err := host.New(ctx, cfg, host.Options{Log: log})
+	srv, err := host.New(ctx, cfg, host.Options{Log: log, NoRecords: true})
 	if err != nil {
 		return err
 	}
