@@ -1,4 +1,4 @@
-//go:build tinygo
+//go:build wasip1 && tinygo
 
 package guest
 
