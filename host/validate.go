@@ -46,16 +46,6 @@ func capabilitiesFromCSI(cs []*csi.VolumeCapability) ([]abi.Capability, error) {
 	return out, nil
 }
 
-func capabilityToCSI(c abi.Capability) *csi.VolumeCapability {
-	out := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_Mode(c.AccessMode)}}
-	if c.Block {
-		out.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
-	} else {
-		out.AccessType = &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: c.FsType, MountFlags: c.MountFlags, VolumeMountGroup: c.MountGroup}}
-	}
-	return out
-}
-
 // multiNode reports whether an access mode lets more than one node use the
 // volume at once.
 func multiNode(m abi.AccessMode) bool {
@@ -71,17 +61,6 @@ func topologiesFromCSI(ts []*csi.Topology) []abi.Topology {
 	out := make([]abi.Topology, 0, len(ts))
 	for _, t := range ts {
 		out = append(out, abi.Topology{Segments: t.GetSegments()})
-	}
-	return out
-}
-
-func topologiesToCSI(ts []abi.Topology) []*csi.Topology {
-	if len(ts) == 0 {
-		return nil
-	}
-	out := make([]*csi.Topology, 0, len(ts))
-	for _, t := range ts {
-		out = append(out, &csi.Topology{Segments: t.Segments})
 	}
 	return out
 }

@@ -67,6 +67,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // SchemaVersion is the layout version this package reads and writes.
@@ -136,7 +137,7 @@ func Open(path string) (*Store, error) {
 		FreelistType:   bolt.FreelistMapType,
 	})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("open state %s: file is locked by another process: %w", path, err)
 		}
 		return nil, fmt.Errorf("open state %s: %w", path, err)
