@@ -130,6 +130,8 @@ func (s *Server) onLoad(ctx context.Context, m *modules.Module) error {
 		if err := callModule(ctx, m, abi.OpConfigure, &req, &abi.Empty{}); err != nil && abi.CodeOf(err) != abi.Unimplemented {
 			return fmt.Errorf("configure: %w", err)
 		}
+		// Every later instance starts unconfigured: replay it there.
+		m.SetInstanceSetup(abi.OpConfigure, req.AppendWire(nil))
 	}
 	var info abi.BackendInfo
 	if err := callModule(ctx, m, abi.OpInfo, &abi.Empty{}, &info); err != nil {

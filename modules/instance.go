@@ -66,6 +66,17 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 			return nil, err
 		}
 	}
+	if s := m.setup.Load(); s != nil && inst.fns[s.op] != nil {
+		ret, err := inst.invoke(ctx, inst.fns[s.op], string(s.op), s.req)
+		if code := abi.Code(ret); err == nil && code != abi.OK {
+			err = abi.Errorf(abi.Internal, fmt.Sprintf("module %q: %s of a new instance answered %s: %s", m.name, s.op, code, inst.resp))
+		}
+		inst.resp = nil
+		if err != nil {
+			_ = mod.Close(context.Background())
+			return nil, err
+		}
+	}
 	if mt := m.rt.metrics; mt != nil {
 		mt.instances.WithLabelValues(m.name).Inc()
 	}

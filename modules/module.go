@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
@@ -33,6 +34,8 @@ type Module struct {
 	env     *hostcalls.Env
 	ops     map[abi.Op]bool
 	hasInit bool
+	// setup is replayed on every new instance (see SetInstanceSetup).
+	setup atomic.Pointer[instanceSetup]
 
 	wrt       wazero.Runtime
 	compiled  wazero.CompiledModule
@@ -60,6 +63,22 @@ func (m *Module) Grant() Grant {
 		Roots:     slices.Clone(m.grant.Roots),
 		Config:    maps.Clone(m.grant.Config),
 	}
+}
+
+// instanceSetup is an operation every new instance runs before it serves.
+type instanceSetup struct {
+	op  abi.Op
+	req []byte
+}
+
+// SetInstanceSetup makes every instance created from now on run op with
+// the encoded request req right after _initialize, before it serves; an
+// instance whose setup fails is discarded. The host replays configure this
+// way: what a module keeps from it lives in one instance's memory, and the
+// pool creates instances long after load (growth, replacement of a
+// discarded one).
+func (m *Module) SetInstanceSetup(op abi.Op, req []byte) {
+	m.setup.Store(&instanceSetup{op: op, req: slices.Clone(req)})
 }
 
 // Call runs op with the encoded request req on a pooled instance and returns
