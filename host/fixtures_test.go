@@ -1,0 +1,107 @@
+package host_test
+
+// The fault and escape backends are hand-written .wat files built with
+// wat2wasm (Debian: wabt).
+//go:generate wat2wasm testdata/escape.wat -o testdata/escape.wasm
+//go:generate wat2wasm testdata/fault.wat -o testdata/fault.wasm
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+)
+
+// fixtureInfo is the BackendInfo each fixture's backend_info answers, as
+// written by hand into its data segment at offset 0.
+var fixtureInfo = map[string]abi.BackendInfo{
+	"fault":  {Name: "fault", Version: "1.0.0", Description: "misbehaves on demand", Mount: true},
+	"escape": {Name: "escape", Version: "1.0.0", Description: "stages outside its roots", Mount: true},
+}
+
+// TestFixturesMatchWat rebuilds every testdata/*.wat with wat2wasm and
+// checks that the committed .wasm is what it produces.
+func TestFixturesMatchWat(t *testing.T) {
+	wat2wasm, err := exec.LookPath("wat2wasm")
+	if err != nil {
+		t.Skip("needs wat2wasm (Debian package wabt) to rebuild the fixtures: ", err)
+	}
+	wats, err := filepath.Glob(filepath.Join("testdata", "*.wat"))
+	if err != nil || len(wats) == 0 {
+		t.Fatalf("no fixtures: %v", err)
+	}
+	self, err := os.ReadFile("fixtures_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	for _, wat := range wats {
+		name := strings.TrimSuffix(filepath.Base(wat), ".wat")
+		t.Run(name, func(t *testing.T) {
+			directive := "//go:generate wat2wasm " + wat + " -o testdata/" + name + ".wasm\n"
+			if !bytes.Contains(self, []byte(directive)) {
+				t.Errorf("fixtures_test.go lacks %q", directive)
+			}
+			built := filepath.Join(out, name+".wasm")
+			if msg, err := exec.Command(wat2wasm, wat, "-o", built).CombinedOutput(); err != nil {
+				t.Fatalf("wat2wasm %s: %v\n%s", wat, err, msg)
+			}
+			want, err := os.ReadFile(built)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(filepath.Join("testdata", name+".wasm"))
+			if err != nil {
+				t.Fatalf("committed fixture: %v (run go generate ./host)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("testdata/%s.wasm is stale: run go generate ./host", name)
+			}
+		})
+	}
+}
+
+// TestFixturesBackendInfo checks that each fixture's hand-written
+// backend_info bytes are the codec's encoding of fixtureInfo, and that
+// backend_info answers all of them.
+func TestFixturesBackendInfo(t *testing.T) {
+	for name, info := range fixtureInfo {
+		t.Run(name, func(t *testing.T) {
+			src, err := os.ReadFile(filepath.Join("testdata", name+".wat"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			enc := info.AppendWire(nil)
+			data := `(data (i32.const 0) "` + watString(enc) + `")`
+			if !bytes.Contains(src, []byte(data)) {
+				t.Errorf("testdata/%s.wat lacks the encoding of %+v:\n%s", name, info, data)
+			}
+			answer := fmt.Sprintf("(call $response_write (i32.const 0) (i32.const %d))", len(enc))
+			if !bytes.Contains(src, []byte(answer)) {
+				t.Errorf("testdata/%s.wat: backend_info should answer %d bytes: %s", name, len(enc), answer)
+			}
+			var back abi.BackendInfo
+			if err := back.UnmarshalWire(enc); err != nil || back.Name != info.Name || !back.Mount {
+				t.Errorf("encoding does not decode back: %+v, %v", back, err)
+			}
+		})
+	}
+}
+
+// watString writes b as the contents of a .wat string literal.
+func watString(b []byte) string {
+	var sb strings.Builder
+	for _, c := range b {
+		if c >= 0x20 && c < 0x7f && c != '"' && c != '\\' {
+			sb.WriteByte(c)
+		} else {
+			fmt.Fprintf(&sb, `\%02x`, c)
+		}
+	}
+	return sb.String()
+}
