@@ -10,8 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
+	"github.com/wasmcsi/wasmcsi/host/state"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
+	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
 )
 
 // A module's node_stage names what the host will mount or bind into a
@@ -118,4 +120,42 @@ func (s *Server) iscsiDeviceGranted(dev string, roots []string) bool {
 		}
 	}
 	return false
+}
+
+// stagePresent reports whether a recorded stage is still in place: for
+// block access its device must still be the volume's (a reboot frees loop
+// devices and the same /dev/loopN node may be unbound or back another
+// file), for mount access the staging path must be mounted, from that
+// device when there is one.
+func (s *Server) stagePresent(ctx context.Context, rec *state.Stage) (bool, error) {
+	b, ok := s.backends.Load().get(rec.Backend)
+	if !ok {
+		return false, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", rec.Backend, rec.VolumeID)
+	}
+	if rec.Device != "" {
+		if _, err := s.confineDevice(ctx, b, rec.Device); err != nil {
+			return false, nil
+		}
+	}
+	if rec.Block {
+		return rec.Device != "", nil
+	}
+	e, err := mount.Info(rec.StagingPath)
+	if err != nil {
+		return false, nil // not mounted, or the path is gone
+	}
+	if rec.Device != "" {
+		real, err := filepath.EvalSymlinks(rec.Device)
+		if err != nil {
+			return false, nil
+		}
+		// The mount's device number identifies it, except on btrfs,
+		// whose mounts carry an anonymous device: there the source names it.
+		var st unix.Stat_t
+		sameDev := unix.Stat(real, &st) == nil && unix.Major(st.Rdev) == uint32(e.Major) && unix.Minor(st.Rdev) == uint32(e.Minor)
+		if src, err := filepath.EvalSymlinks(e.Source); !sameDev && (err != nil || src != real) {
+			return false, nil
+		}
+	}
+	return true, nil
 }

@@ -98,7 +98,7 @@ func (s *Server) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 		StagingPath: rec.StagingPath, PublishPath: req.GetVolumePublishPath(),
 	}
 	vh := s.volumeHealth(ctx, id, mreq, rec.Backend)
-	if ok, err := s.node.stagePresent(&rec); err != nil || !ok {
+	if ok, err := s.stagePresent(ctx, &rec); err != nil || !ok {
 		msg := "staging mount or device is gone"
 		if err != nil {
 			msg = err.Error()

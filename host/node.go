@@ -141,7 +141,7 @@ func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publis
 // ensureStaged re-creates a recorded stage whose mount or device is gone
 // (daemon restart, reboot); it does nothing when all is in place.
 func (s *Server) ensureStaged(ctx context.Context, b *backend, rec *state.Stage, publishCtx, secrets map[string]string) error {
-	ok, err := s.node.stagePresent(rec)
+	ok, err := s.stagePresent(ctx, rec)
 	if err != nil || ok {
 		return err
 	}

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
-	"github.com/wasmcsi/wasmcsi/host/state"
 	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
 )
@@ -83,33 +82,6 @@ func (n *nodeSteps) checkDevice(dev string) error {
 		return errf(codes.Internal, "%s is not a block device", dev)
 	}
 	return nil
-}
-
-// stagePresent reports whether a recorded stage is still in place: the
-// staging mount for mount access, the device for block access.
-func (n *nodeSteps) stagePresent(rec *state.Stage) (bool, error) {
-	if rec.Block {
-		if rec.Device == "" {
-			return false, nil
-		}
-		err := n.checkDevice(rec.Device)
-		return err == nil, nil
-	}
-	ok, err := mount.IsMountPoint(rec.StagingPath)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if !ok || err != nil {
-		return false, err
-	}
-	if rec.Device != "" {
-		// A reboot can hand the same loop device number to another file;
-		// the device being present is not enough, it must be ours.
-		if err := n.checkDevice(rec.Device); err != nil {
-			return false, nil
-		}
-	}
-	return true, nil
 }
 
 // unmount unmounts path if it is mounted.

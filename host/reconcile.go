@@ -59,7 +59,7 @@ func (s *Server) reconcile(ctx context.Context, clean bool) ([]Finding, error) {
 		if rec.Device != "" {
 			known[rec.Device] = true
 		}
-		if ok, _ := s.node.stagePresent(rec); !ok {
+		if ok, _ := s.stagePresent(ctx, rec); !ok {
 			out = append(out, Finding{Kind: "stage-lost", Path: rec.StagingPath, Detail: fmt.Sprintf("volume %s will be re-staged on its next NodeStage or NodePublish", rec.VolumeID)})
 		}
 	}
