@@ -246,6 +246,10 @@ func (b *backend) sizeFor(required, limit, sourceSize int64) (int64, error) {
 	size := required
 	if size == 0 {
 		size = max(sourceSize, b.info.DefaultSizeBytes)
+		if fit := limit - limit%max(b.info.Granularity, 1); limit > 0 && size > limit && fit > 0 {
+			// Only a limit, below the default: the largest size it allows.
+			size = max(sourceSize, fit)
+		}
 	}
 	if sourceSize > 0 && size < sourceSize {
 		return 0, errf(codes.OutOfRange, "requested %d bytes, smaller than the source's %d", size, sourceSize)
