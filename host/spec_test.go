@@ -132,7 +132,9 @@ func TestCreateVolumeSameNameOtherArguments(t *testing.T) {
 		code   codes.Code
 	}{
 		{"identical", func(*csi.CreateVolumeRequest) {}, codes.OK},
-		{"range still met", func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{RequiredBytes: mib / 2, LimitBytes: 2 * mib} }, codes.OK},
+		{"range still met", func(r *csi.CreateVolumeRequest) {
+			r.CapacityRange = &csi.CapacityRange{RequiredBytes: mib / 2, LimitBytes: 2 * mib}
+		}, codes.OK},
 		{"larger required", func(r *csi.CreateVolumeRequest) { r.CapacityRange.RequiredBytes = 2 * mib }, codes.AlreadyExists},
 		{"limit below capacity", func(r *csi.CreateVolumeRequest) { r.CapacityRange = &csi.CapacityRange{LimitBytes: mib / 2} }, codes.AlreadyExists},
 		{"other access mode", func(r *csi.CreateVolumeRequest) {
