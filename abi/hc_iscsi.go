@@ -14,6 +14,10 @@ const (
 	HostCallIscsiLogin  = "iscsi_login"  // IscsiTarget -> IscsiLoginResponse
 	HostCallIscsiLogout = "iscsi_logout" // IscsiTarget -> Empty
 	HostCallIscsiRescan = "iscsi_rescan" // IscsiTarget -> IscsiRescanResponse
+	// HostCallIscsiInitiatorName answers the node's initiator name, which
+	// a module reports in node_info so its controller can grant the node
+	// access to a LUN. It needs no root.
+	HostCallIscsiInitiatorName = "iscsi_initiator_name" // Empty -> IscsiInitiatorName
 )
 
 // IscsiTarget names one LUN behind a target and how to log in to it.
@@ -48,4 +52,12 @@ type IscsiLoginResponse struct {
 // IscsiRescanResponse answers the LUN's size after the rescan.
 type IscsiRescanResponse struct {
 	SizeBytes int64 `wire:"1"`
+}
+
+// IscsiInitiatorName is the node's iSCSI initiator name, from open-iscsi's
+// initiatorname.iscsi. FAILED_PRECONDITION when open-iscsi has no name file
+// or the file has no InitiatorName line; INVALID_ARGUMENT when the name in
+// it is not a valid iSCSI name.
+type IscsiInitiatorName struct {
+	Name string `wire:"1"`
 }

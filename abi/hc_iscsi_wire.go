@@ -123,3 +123,39 @@ func (m *IscsiRescanResponse) decodeWire(d *wire.Decoder) error {
 	}
 	return nil
 }
+
+// AppendWire appends the wire encoding of m to b. Zero fields are omitted.
+func (m *IscsiInitiatorName) AppendWire(b []byte) []byte {
+	if m == nil {
+		return b
+	}
+	b = wire.AppendString(b, 1, m.Name)
+	return b
+}
+
+// UnmarshalWire sets m to the message encoded in b, skipping unknown fields.
+func (m *IscsiInitiatorName) UnmarshalWire(b []byte) error {
+	d := wire.NewDecoder(b)
+	return m.decodeWire(&d)
+}
+
+// decodeWire is UnmarshalWire on a Decoder shared with the enclosing message.
+func (m *IscsiInitiatorName) decodeWire(d *wire.Decoder) error {
+	*m = IscsiInitiatorName{}
+	for !d.Done() {
+		field, typ, err := d.Next()
+		if err != nil {
+			return wire.Wrap("IscsiInitiatorName", 0, err)
+		}
+		switch field {
+		case 1:
+			m.Name, err = d.String(typ)
+		default:
+			err = d.Skip(field, typ)
+		}
+		if err != nil {
+			return wire.Wrap("IscsiInitiatorName", field, err)
+		}
+	}
+	return nil
+}

@@ -17,6 +17,7 @@ const (
 	HostCallLioLunDelete = "lio_lun_delete" // LioLunRequest -> Empty
 	HostCallLioGrant     = "lio_grant"      // LioGrantRequest -> Empty
 	HostCallLioRevoke    = "lio_revoke"     // LioGrantRequest -> Empty
+	HostCallLioLunResize = "lio_lun_resize" // LioLunResizeRequest -> Empty
 )
 
 // LioLunCreateRequest makes Path available as LUN of Target, creating the
@@ -41,10 +42,26 @@ type LioLunCreateRequest struct {
 //
 //   - lio_lun_delete: removes the LUN, its grants (an initiator left with no
 //     LUN loses its session) and its backing store entry, and the target
-//     when no LUN is left. A missing LUN is success.
+//     when no LUN is left. A missing LUN is success. With Path set, only a
+//     LUN backed by Path is removed and a LUN backed by anything else is
+//     left alone (success): a repeated delete never removes a LUN number
+//     that was meanwhile given to another volume.
 type LioLunRequest struct {
 	Target string `wire:"1"`
 	LUN    int32  `wire:"2"`
+	Path   string `wire:"3"` // optional: the backing store the LUN must have
+}
+
+// LioLunResizeRequest sets the size a fileio LUN reports to initiators,
+// after the module grew its file (file_resize); initiators see it after
+// iscsi_rescan. SizeBytes is a multiple of 512 and at most the file's
+// size (FAILED_PRECONDITION otherwise). A block LUN follows its device's
+// size by itself: the call is success with nothing to do. NOT_FOUND when
+// the LUN does not exist.
+type LioLunResizeRequest struct {
+	Target    string `wire:"1"`
+	LUN       int32  `wire:"2"`
+	SizeBytes int64  `wire:"3"`
 }
 
 // LioGrantRequest names an initiator's access to a LUN.

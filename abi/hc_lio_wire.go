@@ -62,6 +62,7 @@ func (m *LioLunRequest) AppendWire(b []byte) []byte {
 	}
 	b = wire.AppendString(b, 1, m.Target)
 	b = wire.AppendInt32(b, 2, m.LUN)
+	b = wire.AppendString(b, 3, m.Path)
 	return b
 }
 
@@ -84,11 +85,55 @@ func (m *LioLunRequest) decodeWire(d *wire.Decoder) error {
 			m.Target, err = d.String(typ)
 		case 2:
 			m.LUN, err = d.Int32(typ)
+		case 3:
+			m.Path, err = d.String(typ)
 		default:
 			err = d.Skip(field, typ)
 		}
 		if err != nil {
 			return wire.Wrap("LioLunRequest", field, err)
+		}
+	}
+	return nil
+}
+
+// AppendWire appends the wire encoding of m to b. Zero fields are omitted.
+func (m *LioLunResizeRequest) AppendWire(b []byte) []byte {
+	if m == nil {
+		return b
+	}
+	b = wire.AppendString(b, 1, m.Target)
+	b = wire.AppendInt32(b, 2, m.LUN)
+	b = wire.AppendInt64(b, 3, m.SizeBytes)
+	return b
+}
+
+// UnmarshalWire sets m to the message encoded in b, skipping unknown fields.
+func (m *LioLunResizeRequest) UnmarshalWire(b []byte) error {
+	d := wire.NewDecoder(b)
+	return m.decodeWire(&d)
+}
+
+// decodeWire is UnmarshalWire on a Decoder shared with the enclosing message.
+func (m *LioLunResizeRequest) decodeWire(d *wire.Decoder) error {
+	*m = LioLunResizeRequest{}
+	for !d.Done() {
+		field, typ, err := d.Next()
+		if err != nil {
+			return wire.Wrap("LioLunResizeRequest", 0, err)
+		}
+		switch field {
+		case 1:
+			m.Target, err = d.String(typ)
+		case 2:
+			m.LUN, err = d.Int32(typ)
+		case 3:
+			m.SizeBytes, err = d.Int64(typ)
+		default:
+			err = d.Skip(field, typ)
+		}
+		if err != nil {
+			return wire.Wrap("LioLunResizeRequest", field, err)
 		}
 	}
 	return nil
