@@ -48,6 +48,15 @@ func Bindings(in *Initiator) []hostcalls.Func {
 			}
 			return &abi.IscsiRescanResponse{SizeBytes: size}, nil
 		}),
+		// The initiator name is a fact about the node, not a resource: it
+		// needs no root, so a module granted "iscsi" may always read it.
+		hostcalls.Typed(Family, abi.HostCallIscsiInitiatorName, func(ctx context.Context, env *hostcalls.Env, _ *abi.Empty) (*abi.IscsiInitiatorName, error) {
+			name, err := in.InitiatorName(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return &abi.IscsiInitiatorName{Name: name}, nil
+		}),
 	}
 }
 

@@ -3,6 +3,7 @@ package iscsi
 import (
 	"context"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 
@@ -103,5 +104,30 @@ func TestBindingLoginRescanLogout(t *testing.T) {
 	bad.LUN = 300
 	if err := callBinding(t, in, roots, abi.HostCallIscsiLogin, &bad, &abi.IscsiLoginResponse{}); abi.CodeOf(err) != abi.InvalidArgument {
 		t.Fatalf("LUN 300: %v, want INVALID_ARGUMENT", err)
+	}
+}
+
+func TestBindingInitiatorName(t *testing.T) {
+	f := newFake(t)
+	in := f.initiator(t.TempDir())
+	// The name file does not exist yet: open-iscsi is not set up.
+	err := callBinding(t, in, nil, abi.HostCallIscsiInitiatorName, &abi.Empty{}, &abi.IscsiInitiatorName{})
+	if abi.CodeOf(err) != abi.FailedPrecondition {
+		t.Fatalf("no name file: %v, want FAILED_PRECONDITION", err)
+	}
+	const name = "iqn.1993-08.org.debian:01:0123456789ab"
+	if err := os.WriteFile(f.opts.InitiatorNameFile, []byte("## DO NOT EDIT\nInitiatorName="+name+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// No roots: the name is a fact about the node, not a granted resource.
+	var got abi.IscsiInitiatorName
+	if err := callBinding(t, in, nil, abi.HostCallIscsiInitiatorName, &abi.Empty{}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Name != name {
+		t.Fatalf("initiator name %q, want %q", got.Name, name)
+	}
+	if n := len(f.world().Calls); n != 0 {
+		t.Fatalf("reading the initiator name ran iscsiadm %d times", n)
 	}
 }

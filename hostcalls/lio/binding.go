@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -42,6 +44,7 @@ func bindingsAt(root string) []hostcalls.Func {
 		hostcalls.Typed(Family, abi.HostCallLioLunDelete, b.lunDelete),
 		hostcalls.Typed(Family, abi.HostCallLioGrant, b.grant),
 		hostcalls.Typed(Family, abi.HostCallLioRevoke, b.revoke),
+		hostcalls.Typed(Family, abi.HostCallLioLunResize, b.lunResize),
 	}
 }
 
@@ -114,10 +117,92 @@ func (b *binder) lunDelete(ctx context.Context, env *hostcalls.Env, req *abi.Lio
 	if err != nil {
 		return nil, err
 	}
+	if req.Path != "" {
+		// Only the LUN that serves Path: a repeated delete must not take
+		// away a LUN number that meanwhile serves another volume.
+		// A missing LUN still goes to DeleteLUN, which removes a target
+		// an interrupted delete left without LUNs.
+		bs, path, err := c.lunBacking(req.Target, int(req.LUN))
+		if err != nil {
+			return nil, err
+		}
+		if bs != nil && path != filepath.Clean(req.Path) {
+			if env.Log != nil {
+				env.Log.Info("lio_lun_delete: LUN serves another backing store; left alone", "module", env.Module,
+					"target", req.Target, "lun", req.LUN, "path", req.Path)
+			}
+			return &abi.Empty{}, nil
+		}
+	}
 	if err := c.DeleteLUN(ctx, req.Target, int(req.LUN)); err != nil {
 		return nil, err
 	}
 	return &abi.Empty{}, nil
+}
+
+func (b *binder) lunResize(ctx context.Context, env *hostcalls.Env, req *abi.LioLunResizeRequest) (*abi.Empty, error) {
+	c, err := b.scope(env, req.Target)
+	if err != nil {
+		return nil, err
+	}
+	if req.SizeBytes <= 0 || req.SizeBytes%512 != 0 {
+		return nil, abi.Errorf(abi.InvalidArgument, "lio_lun_resize: size "+strconv.FormatInt(req.SizeBytes, 10)+" is not a positive multiple of 512")
+	}
+	bs, path, err := c.lunBacking(req.Target, int(req.LUN))
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case bs == nil:
+		return nil, abi.Errorf(abi.NotFound, "lio_lun_resize: "+req.Target+" has no LUN "+strconv.Itoa(int(req.LUN)))
+	case bs.Kind == Block:
+		return &abi.Empty{}, nil // LIO reads a block device's size on every capacity request
+	case bs.Kind != FileIO:
+		return nil, abi.Errorf(abi.FailedPrecondition, "lio_lun_resize: LUN "+strconv.Itoa(int(req.LUN))+" is served by a "+string(bs.Kind)+" backstore")
+	}
+	// A fileio LUN larger than its file would let initiators write past
+	// the end and grow the file behind the pool's accounting.
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, abi.Errorf(abi.FailedPrecondition, "lio_lun_resize: backing file: "+err.Error())
+	}
+	if st.Size() < req.SizeBytes {
+		return nil, abi.Errorf(abi.FailedPrecondition, "lio_lun_resize: "+path+" has "+strconv.FormatInt(st.Size(), 10)+
+			" bytes, fewer than "+strconv.FormatInt(req.SizeBytes, 10)+": grow the file first")
+	}
+	if err := c.ResizeFileIO(ctx, bs.Name, req.SizeBytes); err != nil {
+		return nil, err
+	}
+	if env.Log != nil {
+		env.Log.Info("lio LUN resized", "module", env.Module, "target", req.Target, "lun", req.LUN, "bytes", req.SizeBytes)
+	}
+	return &abi.Empty{}, nil
+}
+
+// lunBacking reports the backstore a LUN serves and the path it was made
+// from; nil and "" when the LUN does not exist.
+func (c *Configfs) lunBacking(target string, lun int) (*BackstoreRef, string, error) {
+	if err := checkLUN(lun); err != nil {
+		return nil, "", err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.available(); err != nil {
+		return nil, "", err
+	}
+	bs, err := c.lunBackstore(target, lun)
+	if err != nil || bs == nil {
+		return nil, "", err
+	}
+	hba, err := bs.Kind.hba()
+	if err != nil {
+		return bs, "", nil
+	}
+	path, err := readAttr(filepath.Join(c.cfg.Root, "core", hba, bs.Name, "udev_path"))
+	if err != nil {
+		return nil, "", fmt.Errorf("lio: %s LUN %d: backing path: %w", target, lun, err)
+	}
+	return bs, path, nil
 }
 
 func (b *binder) grant(ctx context.Context, env *hostcalls.Env, req *abi.LioGrantRequest) (*abi.Empty, error) {

@@ -348,3 +348,50 @@ func deleteBackstoreNamed(t *testing.T, k Kind, name string) {
 		t.Errorf("cleanup %s: %v", name, err)
 	}
 }
+
+// TestVMBindingResizeAndGuardedDelete drives lio_lun_resize and a
+// lio_lun_delete guarded by its backing path on the real tree.
+func TestVMBindingResizeAndGuardedDelete(t *testing.T) {
+	c := requireLIO(t)
+	ctx := context.Background()
+	target := testPrefix + "resize"
+	name := backstoreName(target, 1)
+	t.Cleanup(func() {
+		c.DeleteTarget(ctx, target)
+		if _, err := os.Stat(filepath.Join(DefaultRoot, "core", "fileio_0", name)); err == nil {
+			deleteBackstoreNamed(t, FileIO, name)
+		}
+	})
+	file := sparseFile(t, 16<<20)
+	other := filepath.Join(filepath.Dir(file), "other.img")
+	roots := []string{testPrefix, filepath.Dir(file), "127.0.0.1:3260"}
+	create := &abi.LioLunCreateRequest{Target: target, LUN: 1, Kind: "fileio", Path: file, Portals: []string{"127.0.0.1:3260"}}
+	if err := callAt(t, DefaultRoot, roots, abi.HostCallLioLunCreate, create); err != nil {
+		t.Fatal(err)
+	}
+	resize := &abi.LioLunResizeRequest{Target: target, LUN: 1, SizeBytes: 32 << 20}
+	if err := callAt(t, DefaultRoot, roots, abi.HostCallLioLunResize, resize); abi.CodeOf(err) != abi.FailedPrecondition {
+		t.Fatalf("resize past the file's end = %v, want FAILED_PRECONDITION", err)
+	}
+	if err := os.Truncate(file, 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := callAt(t, DefaultRoot, roots, abi.HostCallLioLunResize, resize); err != nil {
+		t.Fatal(err)
+	}
+	if info := attr(t, filepath.Join(DefaultRoot, "core", "fileio_0", name, "info")); !strings.Contains(info, "Size: 33554432") {
+		t.Fatalf("info after lio_lun_resize %q: want Size: 33554432", info)
+	}
+	if err := callAt(t, DefaultRoot, roots, abi.HostCallLioLunDelete, &abi.LioLunRequest{Target: target, LUN: 1, Path: other}); err != nil {
+		t.Fatal(err)
+	}
+	if ti, err := c.Target(ctx, target); err != nil || ti.LUNs[1].Name != name {
+		t.Fatalf("a delete guarded by another path removed the LUN: %+v, %v", ti, err)
+	}
+	if err := callAt(t, DefaultRoot, roots, abi.HostCallLioLunDelete, &abi.LioLunRequest{Target: target, LUN: 1, Path: file}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Target(ctx, target); abi.CodeOf(err) != abi.NotFound {
+		t.Fatalf("target after the guarded delete: %v, want NOT_FOUND", err)
+	}
+}
