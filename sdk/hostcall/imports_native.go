@@ -15,5 +15,7 @@ var (
 	dirCreate, dirRemove, dirCopy, dirStatfs, dirUsage, dirSetQuota, dirQuotaSupported, dirExists                        rawFunc
 	mountBind, mountUnmount, mountInfo                                                                                   rawFunc
 	dmPoolOpen, dmPoolStatus, dmThinCreate, dmThinActivate, dmThinDeactivate, dmThinDelete, dmThinResize, dmThinSnapshot rawFunc
-	iscsiLogin, iscsiLogout, iscsiRescan, lioLunCreate, lioLunDelete, lioGrant, lioRevoke, netRouteTo, netInterfaces     rawFunc
+	iscsiLogin, iscsiLogout, iscsiRescan, iscsiInitiatorName                                                             rawFunc
+	lioLunCreate, lioLunDelete, lioGrant, lioRevoke, lioLunResize                                                        rawFunc
+	netRouteTo, netInterfaces                                                                                            rawFunc
 )

@@ -201,6 +201,12 @@ func iscsiRescan(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit
 	return iscsiRescanImport(req, reqLen, out, outLimit)
 }
 
+//go:wasmimport wasmcsi iscsi_initiator_name
+func iscsiInitiatorNameImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func iscsiInitiatorName(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return iscsiInitiatorNameImport(req, reqLen, out, outLimit)
+}
+
 //go:wasmimport wasmcsi lio_lun_create
 func lioLunCreateImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
 func lioLunCreate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
@@ -223,6 +229,12 @@ func lioGrant(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit ui
 func lioRevokeImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
 func lioRevoke(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
 	return lioRevokeImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi lio_lun_resize
+func lioLunResizeImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func lioLunResize(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return lioLunResizeImport(req, reqLen, out, outLimit)
 }
 
 //go:wasmimport wasmcsi net_route_to

@@ -20,3 +20,13 @@ func IscsiRescan(t *abi.IscsiTarget) (*abi.IscsiRescanResponse, error) {
 	resp := new(abi.IscsiRescanResponse)
 	return resp, call(iscsiRescan, abi.HostCallIscsiRescan, t, resp)
 }
+
+// IscsiInitiatorName answers the node's iSCSI initiator name, for a module
+// to report in node_info (iscsi_initiator_name).
+func IscsiInitiatorName() (string, error) {
+	resp := new(abi.IscsiInitiatorName)
+	if err := call(iscsiInitiatorName, abi.HostCallIscsiInitiatorName, &abi.Empty{}, resp); err != nil {
+		return "", err
+	}
+	return resp.Name, nil
+}

@@ -8,7 +8,8 @@ func LioLunCreate(req *abi.LioLunCreateRequest) error {
 	return call(lioLunCreate, abi.HostCallLioLunCreate, req, nil)
 }
 
-// LioLunDelete unmaps a LUN and deletes its backstore (lio_lun_delete).
+// LioLunDelete unmaps a LUN and deletes its backstore (lio_lun_delete);
+// with req.Path set, only when the LUN is backed by that path.
 func LioLunDelete(req *abi.LioLunRequest) error {
 	return call(lioLunDelete, abi.HostCallLioLunDelete, req, nil)
 }
@@ -21,4 +22,10 @@ func LioGrant(req *abi.LioGrantRequest) error {
 // LioRevoke takes an initiator's access away (lio_revoke).
 func LioRevoke(req *abi.LioGrantRequest) error {
 	return call(lioRevoke, abi.HostCallLioRevoke, req, nil)
+}
+
+// LioLunResize sets the size a fileio LUN reports after its file grew
+// (lio_lun_resize).
+func LioLunResize(req *abi.LioLunResizeRequest) error {
+	return call(lioLunResize, abi.HostCallLioLunResize, req, nil)
 }
