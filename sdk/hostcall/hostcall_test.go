@@ -36,10 +36,6 @@ func wrapperCases() []wrapperCase {
 	dirStatfs := &abi.DirStatfs{TotalBytes: 100, FreeBytes: 50, AvailableBytes: 40, TotalInodes: 10, FreeInodes: 5}
 	poolStatus := &abi.DmPoolStatus{TransactionID: 7, UsedDataBlocks: 3, TotalDataBlocks: 100, BlockSectors: 128}
 	thin := &abi.DmThinRequest{Pool: "wasmcsi-pool", ID: 4, SizeBytes: 1 << 30}
-	iscsi := &abi.IscsiTarget{Portal: "192.0.2.10:3260", IQN: "iqn.2026-01.dev.wasmcsi:t1", LUN: 3, ChapUser: "u", ChapSecret: "s"}
-	lun := &abi.LioLunCreateRequest{Target: "iqn.2026-01.dev.wasmcsi:t1", LUN: 3, Kind: "fileio", Path: "/pool/v.img", SizeBytes: 1 << 30, Portals: []string{"192.0.2.10:3260"}}
-	grant := &abi.LioGrantRequest{Target: lun.Target, LUN: 3, Initiator: "iqn.2026-01.dev.wasmcsi:node1"}
-	ifaces := &abi.NetInterfaces{Interfaces: []abi.NetInterface{{Name: "eth0", Index: 2, Up: true, Running: true, MTU: 1500, Addrs: []string{"192.0.2.1/24"}}}}
 	const target = "iqn.2024-01.dev.wasmcsi:pool"
 	lun := &abi.IscsiTarget{Portal: "192.0.2.5:3260", IQN: target, LUN: 3, ChapUser: "user", ChapSecret: "secret123456"}
 	lioCreate := &abi.LioLunCreateRequest{Target: target, LUN: 3, Kind: "fileio", Path: "/pool/v.img", Portals: []string{"0.0.0.0:3260"}}
@@ -147,25 +143,6 @@ func wrapperCases() []wrapperCase {
 
 		{abi.HostCallNetRouteTo, &abi.NetRouteToRequest{IP: "192.0.2.5"}, &abi.NetRoute{Interface: "eth0", Src: "192.0.2.1"},
 			func() (any, error) { return val(hostcall.NetRouteTo(&abi.NetRouteToRequest{IP: "192.0.2.5"})) },
-			&abi.NetRoute{Interface: "eth0", Src: "192.0.2.1"}},
-		{abi.HostCallNetInterfaces, &abi.Empty{}, ifaces, func() (any, error) { return val(hostcall.NetInterfaces()) }, ifaces},
-
-		{abi.HostCallIscsiLogin, iscsi, &abi.IscsiLoginResponse{Device: "/dev/sdb"},
-			func() (any, error) { return val(hostcall.IscsiLogin(iscsi)) }, &abi.IscsiLoginResponse{Device: "/dev/sdb"}},
-		{abi.HostCallIscsiLogout, iscsi, nil, func() (any, error) { return ret(hostcall.IscsiLogout(iscsi)) }, nil},
-		{abi.HostCallIscsiRescan, iscsi, &abi.IscsiRescanResponse{SizeBytes: 2 << 30},
-			func() (any, error) { return val(hostcall.IscsiRescan(iscsi)) }, &abi.IscsiRescanResponse{SizeBytes: 2 << 30}},
-
-		{abi.HostCallLioLunCreate, lun, nil, func() (any, error) { return ret(hostcall.LioLunCreate(lun)) }, nil},
-		{abi.HostCallLioLunDelete, &abi.LioLunRequest{Target: lun.Target, LUN: 3, Path: lun.Path}, nil,
-			func() (any, error) {
-				return ret(hostcall.LioLunDelete(&abi.LioLunRequest{Target: lun.Target, LUN: 3, Path: lun.Path}))
-			}, nil},
-		{abi.HostCallLioGrant, grant, nil, func() (any, error) { return ret(hostcall.LioGrant(grant)) }, nil},
-		{abi.HostCallLioRevoke, grant, nil, func() (any, error) { return ret(hostcall.LioRevoke(grant)) }, nil},
-
-		{abi.HostCallNetRouteTo, &abi.NetRouteToRequest{IP: "192.0.2.10"}, &abi.NetRoute{Interface: "eth0", Src: "192.0.2.1"},
-			func() (any, error) { return val(hostcall.NetRouteTo(&abi.NetRouteToRequest{IP: "192.0.2.10"})) },
 			&abi.NetRoute{Interface: "eth0", Src: "192.0.2.1"}},
 		{abi.HostCallNetInterfaces, &abi.Empty{}, ifaces, func() (any, error) { return val(hostcall.NetInterfaces()) }, ifaces},
 	}
