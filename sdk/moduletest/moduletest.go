@@ -125,9 +125,9 @@ type Module struct {
 	Info abi.BackendInfo
 }
 
-// Load loads wasm into a fresh runtime, decodes its backend_info and, when
-// it exports configure, runs it with the grant's config and roots. The
-// runtime is closed when the test ends.
+// Load loads wasm into a fresh runtime, runs its configure (when it has one)
+// with the grant's config and roots on every instance, and decodes its
+// backend_info. The runtime is closed when the test ends.
 func Load(t testing.TB, wasm string, opt Options) *Module {
 	t.Helper()
 	if opt.Name == "" {
@@ -151,13 +151,19 @@ func Load(t testing.TB, wasm string, opt Options) *Module {
 		Grants: map[string]modules.Grant{opt.Name: opt.Grant},
 		OnLoad: func(ctx context.Context, m *modules.Module) error {
 			lm.m = m
-			if err := lm.Call(abi.OpInfo, &abi.Empty{}, &lm.Info); err != nil {
-				return err
-			}
+			// As the daemon does: configure first (backend_info may depend
+			// on it) and replay it on every later instance; an SDK module
+			// without a Configurer answers UNIMPLEMENTED, which is fine.
 			if m.Has(abi.OpConfigure) {
-				return lm.Call(abi.OpConfigure, &abi.ConfigureRequest{Config: opt.Grant.Config, Roots: opt.Grant.Roots, NodeID: "moduletest", Role: "all"}, &abi.Empty{})
+				req := &abi.ConfigureRequest{Config: opt.Grant.Config, Roots: opt.Grant.Roots, NodeID: "moduletest", Role: "all"}
+				switch err := lm.Call(abi.OpConfigure, req, &abi.Empty{}); {
+				case err == nil:
+					m.SetInstanceSetup(abi.OpConfigure, req.AppendWire(nil))
+				case abi.CodeOf(err) != abi.Unimplemented:
+					return err
+				}
 			}
-			return nil
+			return lm.Call(abi.OpInfo, &abi.Empty{}, &lm.Info)
 		},
 	})
 	if err != nil {
