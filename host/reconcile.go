@@ -92,15 +92,14 @@ func (s *Server) reconcile(ctx context.Context, clean bool) ([]Finding, error) {
 		}
 		out = append(out, Finding{Kind: "orphan-loop", Path: d.Path, Detail: "backed by " + d.BackingFile + " with no stage record"})
 	}
-	mounts, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) {
-		return !(ours[i.Source] || inRoots(i.Root) && i.Root != "/"), false
-	})
+	mounts, err := mountinfo.GetMounts(nil)
 	if err != nil {
 		return out, err
 	}
+	pools := findPools(roots, mounts)
 	var orphanMounts []string
 	for _, m := range mounts {
-		if known[m.Mountpoint] || inRoots(m.Mountpoint) {
+		if !ours[m.Source] && !pools.holds(m) || known[m.Mountpoint] || inRoots(m.Mountpoint) {
 			continue
 		}
 		out = append(out, Finding{Kind: "orphan-mount", Path: m.Mountpoint, Detail: "mount of " + m.Source + m.Root + " with no record"})
@@ -124,6 +123,54 @@ func (s *Server) reconcile(ctx context.Context, clean bool) ([]Finding, error) {
 		}
 	}
 	return out, nil
+}
+
+// poolPlace is where a pool root lies: its filesystem's device number and
+// its path inside that filesystem. A bind mount names its source only that
+// way (mountinfo's root field is relative to the source's filesystem), so
+// a pool on a filesystem of its own, such as a tmpfs, matches no absolute
+// root path.
+type poolPlace struct {
+	major, minor int
+	rel          string
+}
+
+type poolPlaces []poolPlace
+
+func findPools(roots []string, mounts []*mountinfo.Info) poolPlaces {
+	var out poolPlaces
+	for _, r := range roots {
+		real, err := filepath.EvalSymlinks(r)
+		if err != nil || !filepath.IsAbs(real) {
+			continue
+		}
+		var on *mountinfo.Info // the topmost mount holding real
+		for _, m := range mounts {
+			if real == m.Mountpoint || m.Mountpoint == "/" || strings.HasPrefix(real, m.Mountpoint+"/") {
+				if on == nil || len(m.Mountpoint) >= len(on.Mountpoint) {
+					on = m
+				}
+			}
+		}
+		if on != nil {
+			out = append(out, poolPlace{on.Major, on.Minor, filepath.Join(on.Root, strings.TrimPrefix(real, on.Mountpoint))})
+		}
+	}
+	return out
+}
+
+// holds reports whether m mounts a folder or file inside a pool (a whole
+// filesystem, root "/", is never one of the host's binds).
+func (ps poolPlaces) holds(m *mountinfo.Info) bool {
+	if m.Root == "/" {
+		return false
+	}
+	for _, p := range ps {
+		if m.Major == p.major && m.Minor == p.minor && (p.rel == "/" || m.Root == p.rel || strings.HasPrefix(m.Root, p.rel+"/")) {
+			return true
+		}
+	}
+	return false
 }
 
 // Describe returns one line per loaded backend: what it is and offers.
