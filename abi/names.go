@@ -20,7 +20,7 @@ type Op string
 const (
 	// Load time.
 	OpInfo      Op = "backend_info" // required: BackendInfo
-	OpConfigure Op = "configure"    // ConfigureRequest -> Empty; run once at load on one instance
+	OpConfigure Op = "configure"    // ConfigureRequest -> Empty; first on every instance
 
 	// Controller.
 	OpCreateVolume        Op = "create_volume"
