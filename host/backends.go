@@ -127,11 +127,16 @@ func (s *Server) onLoad(ctx context.Context, m *modules.Module) error {
 	if m.Has(abi.OpConfigure) {
 		g := m.Grant()
 		req := abi.ConfigureRequest{Config: g.Config, Roots: g.Roots, NodeID: s.cfg.NodeID, Role: s.cfg.Role}
-		if err := callModule(ctx, m, abi.OpConfigure, &req, &abi.Empty{}); err != nil && abi.CodeOf(err) != abi.Unimplemented {
+		switch err := callModule(ctx, m, abi.OpConfigure, &req, &abi.Empty{}); {
+		case err == nil:
+			// Every later instance starts unconfigured: replay it there.
+			m.SetInstanceSetup(abi.OpConfigure, req.AppendWire(nil))
+		case abi.CodeOf(err) == abi.Unimplemented:
+			// An SDK module without a Configurer exports configure and
+			// answers UNIMPLEMENTED: it has nothing to replay.
+		default:
 			return fmt.Errorf("configure: %w", err)
 		}
-		// Every later instance starts unconfigured: replay it there.
-		m.SetInstanceSetup(abi.OpConfigure, req.AppendWire(nil))
 	}
 	var info abi.BackendInfo
 	if err := callModule(ctx, m, abi.OpInfo, &abi.Empty{}, &info); err != nil {
