@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -72,14 +73,20 @@ func Build(t testing.TB, pkg string, tc Toolchain) string {
 		return p
 	}
 	if buildDir == "" {
-		d, err := os.MkdirTemp("", "wasmcsi-moduletest-")
-		if err != nil {
+		// One shared folder, one file per module and toolchain: later runs
+		// overwrite their own builds instead of leaving folders behind.
+		d := filepath.Join(os.TempDir(), "wasmcsi-moduletest")
+		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		buildDir = d
 	}
 	sum := sha256.Sum256([]byte(key))
-	out := filepath.Join(buildDir, hex.EncodeToString(sum[:8])+".wasm")
+	final := filepath.Join(buildDir, hex.EncodeToString(sum[:8])+".wasm")
+	// Build under a name of this process, then rename: test binaries of
+	// several packages build the same module at once.
+	out := final + "." + strconv.Itoa(os.Getpid()) + ".tmp"
+	defer os.Remove(out)
 	var cmd *exec.Cmd
 	switch tc {
 	case Go:
@@ -100,8 +107,11 @@ func Build(t testing.TB, pkg string, tc Toolchain) string {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s build %s: %v\n%s", tc, pkg, err, b)
 	}
-	buildCache[key] = out
-	return out
+	if err := os.Rename(out, final); err != nil {
+		t.Fatal(err)
+	}
+	buildCache[key] = final
+	return final
 }
 
 // Options configure Load.
