@@ -98,10 +98,11 @@ func createVolume(t testing.TB, d *daemon, req *csi.CreateVolumeRequest) *csi.Vo
 	return resp.GetVolume()
 }
 
-// mountsAt counts the mounts whose mount point is path.
+// mountsAt counts the mounts whose mount point is path (stacked mounts
+// each count).
 func mountsAt(t testing.TB, path string) int {
 	t.Helper()
-	ms, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(path))
+	ms, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) { return i.Mountpoint != path, false })
 	if err != nil {
 		t.Fatal(err)
 	}
