@@ -1,0 +1,267 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+)
+
+// Module config keys (the operator's `config:` of this module).
+const (
+	configPortal     = "portal"      // the portal nodes log in to, e.g. 192.0.2.5:3260; a granted root
+	configListen     = "listen"      // portals LIO listens on, comma-separated; default: portal
+	configTargetIQN  = "target_iqn"  // the shared target, under a granted IQN prefix
+	configPool       = "pool"        // folder of the volume files; a granted root; default: the first folder root
+	configChapUser   = "chap_user"   // one-way CHAP user (optional, with chap_secret)
+	configChapSecret = "chap_secret" // one-way CHAP secret: 12-255 printable ASCII characters without spaces
+	configFsType     = "fs_type"     // default filesystem of mount volumes: ext4 | xfs | btrfs
+)
+
+var configKeys = []string{configPortal, configListen, configTargetIQN, configPool, configChapUser, configChapSecret, configFsType}
+
+// StorageClass parameters. Keys under kubernetesPrefix are metadata the
+// CO's sidecars add (PVC name, namespace...); they are accepted and ignored.
+const kubernetesPrefix = "csi.storage.k8s.io/"
+
+// Volume context keys. The context travels with the volume to nodes, so
+// node operations need no controller record.
+const (
+	ctxTarget = "target" // the target's IQN
+	ctxPortal = "portal" // the portal nodes log in to
+	ctxLUN    = "lun"    // the volume's LUN number
+	ctxPath   = "path"   // the volume's or snapshot's file on the target host
+	ctxFsType = "fsType" // the filesystem mount access uses (absent for block-only volumes)
+)
+
+// Publish and stage context keys: where a node finds the volume's LUN.
+const (
+	pubPortal = "portal"
+	pubTarget = "target"
+	pubLUN    = "lun"
+)
+
+// NodeContextInitiator is the key under which node_info reports the node's
+// initiator name; ControllerPublish reads it back from the node ID.
+const NodeContextInitiator = "iscsi_initiator"
+
+// Sizes the module offers.
+const (
+	minSizeBytes     = 1 * mib
+	defaultSizeBytes = 1 * gib
+	granularity      = 1 * mib // LIO counts in 512-byte blocks, filesystems in 4 KiB: 1 MiB suits both
+)
+
+// maxLUN is the highest LUN of the shared target: one volume per LUN, so a
+// target holds at most maxLUN+1 volumes.
+const maxLUN = 255
+
+// fsTypes are the filesystems the host can make, in the order offered.
+var fsTypes = []string{"ext4", "xfs", "btrfs"}
+
+// fsMinimum is the smallest device each filesystem's mkfs accepts
+// (xfsprogs 5.19 and later refuse below 300 MiB; btrfs-progs needs 109 MiB
+// for one device with the default profiles). The host does not check it, so
+// CreateVolume rounds mount volumes up to it.
+func fsMinimum(fs string) int64 {
+	switch fs {
+	case "xfs":
+		return 300 * mib
+	case "btrfs":
+		return 109 * mib
+	}
+	return minSizeBytes
+}
+
+// chap is one-way CHAP credentials.
+type chap struct {
+	user, secret string
+}
+
+// config is the module's checked configuration. Controller fields (target,
+// pool, listen) are empty on a node-only daemon, which needs none of them.
+type config struct {
+	role   string
+	portal string   // canonical "ip:port"
+	listen []string // canonical portals LIO listens on
+	target string
+	pool   string
+	chap   *chap
+	fsType string
+}
+
+// Backend is the iscsi backend. It holds only its configuration: a
+// volume's state is its file (whose name carries its LUN) and LIO's
+// configuration, so nothing is lost when an instance goes.
+type Backend struct {
+	cfg        config
+	configured bool
+}
+
+// New returns an unconfigured backend; the host's configure supplies the
+// portal, target and pool.
+func New() *Backend { return &Backend{cfg: config{fsType: "ext4"}} }
+
+// Configure checks the operator's configuration and keeps it. Any unknown
+// key or bad value refuses the module at load (INVALID_ARGUMENT), so a typo
+// never silently falls back to a default. A controller (role "controller"
+// or "all") needs portal and target_iqn; a node needs nothing but reads
+// the CHAP credentials it logs in with.
+func (b *Backend) Configure(req *abi.ConfigureRequest) error {
+	c := config{role: req.Role, fsType: "ext4"}
+	for k, v := range req.Config {
+		switch k {
+		case configPortal:
+			p, ok := canonicalPortal(v)
+			if !ok {
+				return errorf(abi.InvalidArgument, "config ", configPortal, " = ", strconv.Quote(v), ": want ip:port, e.g. 192.0.2.5:3260 or [fd00::5]:3260")
+			}
+			if !grantedPortal(req.Roots, p) {
+				return errorf(abi.InvalidArgument, "config ", configPortal, " = ", p, " is not a granted root: grant it exactly as ip:port")
+			}
+			c.portal = p
+		case configListen:
+			for _, s := range strings.Split(v, ",") {
+				p, ok := canonicalPortal(strings.TrimSpace(s))
+				if !ok {
+					return errorf(abi.InvalidArgument, "config ", configListen, " = ", strconv.Quote(v), ": want comma-separated ip:port portals, e.g. 0.0.0.0:3260")
+				}
+				if !grantedPortal(req.Roots, p) {
+					return errorf(abi.InvalidArgument, "config ", configListen, ": portal ", p, " is not a granted root")
+				}
+				c.listen = append(c.listen, p)
+			}
+		case configTargetIQN:
+			if why := checkIQN(v); why != "" {
+				return errorf(abi.InvalidArgument, "config ", configTargetIQN, " = ", strconv.Quote(v), ": ", why)
+			}
+			if !grantedTarget(req.Roots, v) {
+				return errorf(abi.InvalidArgument, "config ", configTargetIQN, " = ", v, " does not extend a granted IQN prefix root")
+			}
+			c.target = v
+		case configPool:
+			pool, err := cleanRoot(v)
+			if err != nil {
+				return err
+			}
+			if !hasRoot(req.Roots, pool) {
+				return errorf(abi.InvalidArgument, "config ", configPool, " = ", pool, " is not a granted root: volume files live directly in a granted folder")
+			}
+			c.pool = pool
+		case configChapUser, configChapSecret:
+			// Checked together below.
+		case configFsType:
+			if !isFsType(v) {
+				return errorf(abi.InvalidArgument, "config ", configFsType, " = ", strconv.Quote(v), ": want one of ", strings.Join(fsTypes, ", "))
+			}
+			c.fsType = v
+		default:
+			return errorf(abi.InvalidArgument, "unknown config key ", strconv.Quote(k), " (known: ", strings.Join(configKeys, ", "), ")")
+		}
+	}
+	user, secret := req.Config[configChapUser], req.Config[configChapSecret]
+	switch {
+	case user == "" && secret == "":
+	case user == "" || secret == "":
+		return errorf(abi.InvalidArgument, "config ", configChapUser, " and ", configChapSecret, " go together")
+	case len(user) > 255 || !printableNoSpace(user):
+		return errorf(abi.InvalidArgument, "config ", configChapUser, ": want 1-255 printable ASCII characters without spaces")
+	case len(secret) < 12 || len(secret) > 255 || !printableNoSpace(secret):
+		// Never quote the secret.
+		return errorf(abi.InvalidArgument, "config ", configChapSecret, ": want 12-255 printable ASCII characters without spaces")
+	default:
+		c.chap = &chap{user: user, secret: secret}
+	}
+	if c.pool == "" {
+		for _, r := range req.Roots {
+			if strings.HasPrefix(r, "/") {
+				pool, err := cleanRoot(r)
+				if err != nil {
+					return err
+				}
+				c.pool = pool
+				break
+			}
+		}
+	}
+	if len(c.listen) == 0 && c.portal != "" {
+		c.listen = []string{c.portal}
+	}
+	if req.Role != "node" {
+		switch {
+		case c.portal == "":
+			return errorf(abi.InvalidArgument, "config ", configPortal, " is required: the portal nodes log in to (a granted root, e.g. 192.0.2.5:3260)")
+		case c.target == "":
+			return errorf(abi.InvalidArgument, "config ", configTargetIQN, " is required: the target every volume is a LUN of")
+		case c.pool == "":
+			return errorf(abi.InvalidArgument, "iscsi needs a granted folder root for its volume files (config ", configPool, ")")
+		}
+	}
+	b.cfg, b.configured = c, true
+	return nil
+}
+
+// Info describes the backend; DefaultFsType follows the configuration (the
+// host calls configure before backend_info).
+func (b *Backend) Info() abi.BackendInfo {
+	return abi.BackendInfo{
+		Name:        "iscsi",
+		Version:     "1.0.0",
+		Description: "LUNs of a shared LIO target backed by files in a pool folder, reached by nodes over iSCSI; reflink snapshots and clones",
+		AccessModes: []int64{
+			int64(abi.AccessSingleNodeWriter),
+			int64(abi.AccessSingleNodeReadOnly),
+			int64(abi.AccessSingleNodeSingleWriter),
+			int64(abi.AccessSingleNodeMultiWriter),
+		},
+		Mount:            true,
+		Block:            true,
+		FsTypes:          append([]string(nil), fsTypes...),
+		DefaultFsType:    b.cfg.fsType,
+		Granularity:      granularity,
+		MinSizeBytes:     minSizeBytes,
+		DefaultSizeBytes: defaultSizeBytes,
+		Clone:            true,
+		Restore:          true,
+		NodeExpansion:    true,
+	}
+}
+
+// ready fails operations on an instance the host never configured.
+func (b *Backend) ready() error {
+	if !b.configured {
+		return errorf(abi.Unavailable, "iscsi instance is not configured: the host did not call configure on it")
+	}
+	return nil
+}
+
+// controller fails controller operations on a node-only daemon.
+func (b *Backend) controller() error {
+	if err := b.ready(); err != nil {
+		return err
+	}
+	if b.cfg.target == "" || b.cfg.pool == "" {
+		return errorf(abi.FailedPrecondition, "this iscsi module is configured as a node: it serves no target")
+	}
+	return nil
+}
+
+func isFsType(s string) bool {
+	for _, f := range fsTypes {
+		if f == s {
+			return true
+		}
+	}
+	return false
+}
+
+// checkParameters accepts only the CO's own metadata keys: the module has
+// no StorageClass parameters of its own.
+func checkParameters(params map[string]string) error {
+	for k := range params {
+		if !strings.HasPrefix(k, kubernetesPrefix) {
+			return errorf(abi.InvalidArgument, "unknown parameter ", strconv.Quote(k), " (iscsi takes none)")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,320 @@
+package main
+
+import (
+	"crypto/sha256"
+	"strconv"
+	"strings"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+)
+
+// Names. A volume's local ID is "<name ID>.<LUN>" and its file in the pool
+// "<local ID>.img"; a snapshot's local ID is its name ID and its file
+// "<local ID>.snap". The name ID is derived from the CSI name alone, so a
+// repeated CreateVolume finds the file of the first call by trying the
+// LUNs in the name's own order (lunOrder) — the pool folder is the record
+// of which LUN belongs to which volume, and the volume ID says it too.
+const (
+	volumeSuffix   = ".img"
+	snapshotSuffix = ".snap"
+)
+
+// slugMax bounds the readable part of a name ID; the hash after it keeps
+// IDs unique, so a long name loses only readability.
+const slugMax = 40
+
+// hashHex is the length of the hash part of a name ID: 64 bits, so that two
+// names of one pool collide with odds of about n²/2⁶⁵.
+const hashHex = 16
+
+// nameIDFor derives a name ID from a CSI name: a readable slug of the name
+// in [a-z0-9-] (fallback when the name has no letter or digit), a dash, and
+// the first 64 bits of the name's SHA-256 in hex.
+func nameIDFor(name, fallback string) string {
+	slug := make([]byte, 0, slugMax)
+	dash := false
+	for i := 0; i < len(name) && len(slug) < slugMax; i++ {
+		c := name[i]
+		switch {
+		case c >= 'A' && c <= 'Z':
+			c += 'a' - 'A'
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		default:
+			dash = len(slug) > 0
+			continue
+		}
+		if dash {
+			if len(slug)+1 >= slugMax {
+				break
+			}
+			slug = append(slug, '-')
+			dash = false
+		}
+		slug = append(slug, c)
+	}
+	if len(slug) == 0 {
+		slug = append(slug, fallback...)
+	}
+	sum := sha256.Sum256([]byte(name))
+	const digits = "0123456789abcdef"
+	out := make([]byte, 0, len(slug)+1+hashHex)
+	out = append(out, slug...)
+	out = append(out, '-')
+	for _, b := range sum[:hashHex/2] {
+		out = append(out, digits[b>>4], digits[b&0x0f])
+	}
+	return string(out)
+}
+
+// validNameID reports whether id can be a name ID: [a-z0-9-], not
+// starting with a dash, and short.
+func validNameID(id string) bool {
+	if id == "" || len(id) > slugMax+1+hashHex || id[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// lunOrder is the order in which a volume tries the target's LUNs: from a
+// start derived from its name ID, upwards and around, so volumes spread
+// over the LUNs and each name always probes the same sequence.
+func lunOrder(nameID string) [maxLUN + 1]int {
+	sum := sha256.Sum256([]byte(nameID))
+	start := int(sum[0])<<8 | int(sum[1])
+	var order [maxLUN + 1]int
+	for i := range order {
+		order[i] = (start + i) % (maxLUN + 1)
+	}
+	return order
+}
+
+// volumeID is a volume's local ID.
+func volumeID(nameID string, lun int) string { return nameID + "." + strconv.Itoa(lun) }
+
+// parseVolumeID splits a volume's local ID; ok is false for an ID this
+// module cannot have made.
+func parseVolumeID(id string) (nameID string, lun int, ok bool) {
+	i := strings.LastIndexByte(id, '.')
+	if i <= 0 {
+		return "", 0, false
+	}
+	nameID, num := id[:i], id[i+1:]
+	lun, ok = parseLUN(num)
+	if !ok || !validNameID(nameID) {
+		return "", 0, false
+	}
+	return nameID, lun, true
+}
+
+// parseLUN reads a LUN number: decimal, 0 to maxLUN, without leading zeros.
+func parseLUN(s string) (int, bool) {
+	if s == "" || len(s) > 3 || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > maxLUN {
+		return 0, false
+	}
+	return n, true
+}
+
+// joinPath puts a file name into a folder.
+func joinPath(dir, name string) string {
+	if strings.HasSuffix(dir, "/") {
+		return dir + name
+	}
+	return dir + "/" + name
+}
+
+// dirOf is the folder part of an absolute path.
+func dirOf(path string) string {
+	i := strings.LastIndexByte(path, '/')
+	if i <= 0 {
+		return "/"
+	}
+	return path[:i]
+}
+
+// baseOf is the last element of a path.
+func baseOf(path string) string { return path[strings.LastIndexByte(path, '/')+1:] }
+
+// cleanRoot checks that a folder is an absolute path other than / and
+// drops trailing slashes.
+func cleanRoot(root string) (string, error) {
+	if !strings.HasPrefix(root, "/") || strings.Contains(root, "/../") || strings.HasSuffix(root, "/..") {
+		return "", errorf(abi.InvalidArgument, "pool folder ", strconv.Quote(root), " is not a clean absolute path")
+	}
+	for len(root) > 1 && strings.HasSuffix(root, "/") {
+		root = root[:len(root)-1]
+	}
+	if root == "/" {
+		return "", errorf(abi.InvalidArgument, "the root folder cannot be a pool folder")
+	}
+	return root, nil
+}
+
+// hasRoot reports whether folder is one of the granted roots.
+func hasRoot(roots []string, folder string) bool {
+	for _, r := range roots {
+		if c, err := cleanRoot(r); err == nil && c == folder {
+			return true
+		}
+	}
+	return false
+}
+
+// canonicalPortal reads "a.b.c.d[:port]" or "[ipv6][:port]" and answers
+// "a.b.c.d:port" / "[ipv6]:port" with port 3260 when omitted. It checks
+// the form only; the host checks the address for real.
+func canonicalPortal(s string) (string, bool) {
+	host, port := s, "3260"
+	if strings.HasPrefix(s, "[") {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return "", false
+		}
+		host = strings.ToLower(s[1:end])
+		if rest := s[end+1:]; rest != "" {
+			if rest[0] != ':' {
+				return "", false
+			}
+			port = rest[1:]
+		}
+		if !strings.Contains(host, ":") || strings.Trim(host, "0123456789abcdef:.") != "" {
+			return "", false
+		}
+		host = "[" + host + "]"
+	} else {
+		if i := strings.IndexByte(s, ':'); i >= 0 {
+			host, port = s[:i], s[i+1:]
+		}
+		parts := strings.Split(host, ".")
+		if len(parts) != 4 {
+			return "", false
+		}
+		for i, p := range parts {
+			n, err := strconv.Atoi(p)
+			if err != nil || n < 0 || n > 255 || p == "" || (len(p) > 1 && p[0] == '0') {
+				return "", false
+			}
+			parts[i] = strconv.Itoa(n)
+		}
+		host = strings.Join(parts, ".")
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 || port[0] == '0' {
+		return "", false
+	}
+	return host + ":" + port, true
+}
+
+// grantedPortal reports whether a root names the canonical portal p.
+func grantedPortal(roots []string, p string) bool {
+	for _, r := range roots {
+		if c, ok := canonicalPortal(r); ok && c == p {
+			return true
+		}
+	}
+	return false
+}
+
+// grantedTarget reports whether a granted IQN prefix root leads to iqn.
+func grantedTarget(roots []string, iqn string) bool {
+	for _, r := range roots {
+		if (strings.HasPrefix(r, "iqn.") || strings.HasPrefix(r, "eui.") || strings.HasPrefix(r, "naa.")) &&
+			strings.HasPrefix(iqn, r) && iqn != r {
+			return true
+		}
+	}
+	return false
+}
+
+// checkIQN checks the form of an "iqn." name (RFC 7143: lower case letters,
+// digits, '-', '.' and ':', at most 223 bytes) and answers why it is not
+// one, or "".
+func checkIQN(s string) string {
+	if len(s) > 223 {
+		return "longer than 223 bytes"
+	}
+	if !strings.HasPrefix(s, "iqn.") || len(s) < len("iqn.yyyy-mm.x") || s[8] != '-' || s[11] != '.' {
+		return "want iqn.yyyy-mm.reversed.domain[:name], e.g. iqn.2024-01.com.example:volumes"
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == ':') {
+			return "only lower case letters, digits, '-', '.' and ':' are allowed"
+		}
+	}
+	return ""
+}
+
+// printableNoSpace reports whether s is printable ASCII without spaces.
+func printableNoSpace(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// Size units.
+const (
+	kib = int64(1) << 10
+	mib = int64(1) << 20
+	gib = int64(1) << 30
+)
+
+// roundUp rounds n up to a multiple of unit (unit > 0).
+func roundUp(n, unit int64) int64 {
+	if r := n % unit; r != 0 {
+		return n + unit - r
+	}
+	return n
+}
+
+// roundDown rounds n down to a multiple of unit (unit > 0).
+func roundDown(n, unit int64) int64 { return n - n%unit }
+
+// itoa formats an int64 without fmt.
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// sizeString formats a byte count for messages: "314572800 bytes (300 MiB)".
+func sizeString(n int64) string {
+	s := itoa(n) + " bytes"
+	switch {
+	case n >= gib && n%gib == 0:
+		s += " (" + itoa(n/gib) + " GiB)"
+	case n >= mib && n%mib == 0:
+		s += " (" + itoa(n/mib) + " MiB)"
+	}
+	return s
+}
+
+// errorf builds an *abi.Error from message parts.
+func errorf(code abi.Code, parts ...string) error {
+	return abi.Errorf(code, strings.Join(parts, ""))
+}
+
+// wrap adds what the module was doing to a host call's error and keeps its
+// code, so the CO sees the host call's verdict with the module's context.
+func wrap(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	code := abi.CodeOf(err)
+	msg := err.Error()
+	if e, ok := err.(*abi.Error); ok {
+		msg = e.Message
+	}
+	if code == abi.Unknown {
+		code = abi.Internal
+	}
+	return abi.Errorf(code, what+": "+msg)
+}
