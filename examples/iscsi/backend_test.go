@@ -296,7 +296,9 @@ func TestCreateVolumeTargetFull(t *testing.T) {
 }
 
 func TestCreateVolumeSizes(t *testing.T) {
-	mount := func(fs string) []abi.Capability { return []abi.Capability{{FsType: fs, AccessMode: abi.AccessSingleNodeWriter}} }
+	mount := func(fs string) []abi.Capability {
+		return []abi.Capability{{FsType: fs, AccessMode: abi.AccessSingleNodeWriter}}
+	}
 	block := []abi.Capability{{Block: true, AccessMode: abi.AccessSingleNodeWriter}}
 	tests := []struct {
 		name            string
