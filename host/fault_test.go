@@ -28,7 +28,9 @@ const faultTimeout = 300 * time.Millisecond
 func TestFaultyBackendIsolated(t *testing.T) {
 	g := newGate()
 	o := localdirOptions(t)
-	o.more = []daemonModule{faultModule(&config.Limits{CallTimeout: faultTimeout, MemoryPages: 256})}
+	// A small memory cap: growing page by page copies the memory each time,
+	// so a large cap would make the flood slower than the deadline.
+	o.more = []daemonModule{faultModule(&config.Limits{CallTimeout: faultTimeout, MemoryPages: 64})}
 	o.hostCalls = append(o.hostCalls, g.hostCall())
 	d := startDaemon(t, o)
 
