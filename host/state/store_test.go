@@ -11,6 +11,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 func openStore(t testing.TB) *Store {
@@ -760,7 +761,7 @@ func TestOpenLocked(t *testing.T) {
 		s2.Close()
 		t.Fatal("second Open of a locked file succeeded")
 	}
-	if !errors.Is(err, bolt.ErrTimeout) || time.Since(start) > 5*time.Second {
+	if !errors.Is(err, bolterrors.ErrTimeout) || time.Since(start) > 5*time.Second {
 		t.Fatalf("second Open: %v after %v", err, time.Since(start))
 	}
 }
