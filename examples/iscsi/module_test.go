@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/examples/iscsi/iscsitest"
 	"github.com/wasmcsi/wasmcsi/modules"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
@@ -32,7 +33,7 @@ func call[R any, PR interface {
 func TestBuiltModuleLifecycle(t *testing.T) {
 	for _, tc := range moduletest.Toolchains {
 		t.Run(string(tc), func(t *testing.T) {
-			wasm := moduletest.Build(t, ".", tc)
+			wasm := iscsitest.Module(t, tc)
 			s := newSAN()
 			m := moduletest.Load(t, wasm, moduletest.Options{
 				Name:      "iscsi",
