@@ -205,4 +205,3 @@ func deviceSize(t *testing.T, dev string) int64 {
 	}
 	return n
 }
-
