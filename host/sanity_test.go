@@ -12,6 +12,7 @@ import (
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 
+	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
@@ -31,19 +32,32 @@ type sanityTarget struct {
 func sanityTargets(t *testing.T) []sanityTarget {
 	var out []sanityTarget
 	for _, tc := range moduletest.Toolchains {
-		if tc == moduletest.TinyGo && moduletest.TinyGoPath() == "" && os.Getenv("WASMCSI_REQUIRE_TINYGO") == "" {
+		// In the VM tier the module files decide (prepare); here, TinyGo.
+		if tc == moduletest.TinyGo && !dmthintest.InVM() && moduletest.TinyGoPath() == "" && os.Getenv("WASMCSI_REQUIRE_TINYGO") == "" {
 			t.Log("TinyGo not found: csi-sanity runs only against standard-Go modules (set WASMCSI_TINYGO)")
 			continue
 		}
 		for _, b := range sanityBackends {
+			// Each backend runs in the tier whose kernel it needs.
+			if vmBackend := b.prepare != nil; vmBackend != dmthintest.InVM() {
+				continue
+			}
 			for _, access := range b.access {
 				name := fmt.Sprintf("%s/%s/%s", b.backend, tc, access)
 				if !selected(name) {
 					continue
 				}
+				opts := daemonOptions{backend: b.backend, hostcalls: b.hostcalls}
+				if b.prepare != nil {
+					if !b.prepare(t, tc, strings.ReplaceAll(name, "/", "-"), &opts) {
+						continue
+					}
+				} else {
+					opts.wasm = moduletest.Build(t, "../examples/"+b.backend, tc)
+				}
 				out = append(out, sanityTarget{
 					name:       name,
-					opts:       daemonOptions{backend: b.backend, wasm: moduletest.Build(t, "../examples/"+b.backend, tc), hostcalls: b.hostcalls},
+					opts:       opts,
 					accessType: access,
 					params:     b.params,
 					size:       b.size,
@@ -60,13 +74,33 @@ type sanityBackend struct {
 	access    []string
 	params    map[string]string
 	size      int64
+	// prepare, for backends of the VM tier, fills in the module file and
+	// its grants for one target, or reports false (having logged why) to
+	// leave the target out. Backends without it are built here and run
+	// outside the VM.
+	prepare func(t *testing.T, tc moduletest.Toolchain, name string, o *daemonOptions) bool
 }
 
 // sanityBackends are the node-local backends this machine can test for
-// real; device-mapper and iSCSI run in the VM tier.
+// real; device-mapper runs in the VM tier.
 var sanityBackends = []sanityBackend{
 	{backend: "localdir", hostcalls: []string{"dir", "mount"}, access: []string{"mount"}},
 	{backend: "loopfile", hostcalls: []string{"file", "loop"}, access: []string{"mount", "block"}, size: 16 << 20},
+	{backend: "dmthin", hostcalls: dmthintest.HostCalls, access: []string{"mount", "block"}, size: 16 << 20, prepare: prepareDmthin},
+}
+
+// prepareDmthin gives a dmthin target the module file the VM tier copied
+// in and a thin pool of its own (sparse loop-backed files in a temporary
+// folder, under a name prefix of its own), removed when the test ends.
+func prepareDmthin(t *testing.T, tc moduletest.Toolchain, name string, o *daemonOptions) bool {
+	wasm, why := dmthintest.ModuleFile(tc)
+	if wasm == "" {
+		t.Logf("%s left out: %s", name, why)
+		return false
+	}
+	fx := dmthintest.New(t, name, 1<<30, 16<<20)
+	*o = dmthinOptions(wasm, fx)
+	return true
 }
 
 func selected(name string) bool {
@@ -83,20 +117,21 @@ func selected(name string) bool {
 }
 
 // TestSanity runs the whole csi-sanity suite against a real daemon serving
-// each backend module, with real mounts and loop devices.
+// each backend module, with real mounts and loop devices; in the VM tier,
+// against the backends that need its kernel (dmthin on a real thin pool).
 func TestSanity(t *testing.T) {
 	requireRoot(t)
-	if _, err := os.Stat("../examples"); err != nil {
+	if dmthintest.InVM() {
+		// The VM tier copies built modules in; it has no examples folder.
+		dmthintest.Require(t)
+	} else if _, err := os.Stat("../examples"); err != nil {
 		t.Skip("example modules not present")
 	}
 	targets := sanityTargets(t)
 	if len(targets) == 0 {
-		t.Skip("no sanity target selected (WASMCSI_SANITY)")
+		t.Skip("no sanity target selected (WASMCSI_SANITY) or no module file present")
 	}
 	for _, tg := range targets {
-		if _, err := os.Stat(filepath.Join("../examples", strings.SplitN(tg.name, "/", 2)[0])); err != nil {
-			t.Fatalf("%s: %v", tg.name, err)
-		}
 		d := startDaemon(t, tg.opts)
 		work, err := os.MkdirTemp("", "wcsi-sanity-")
 		if err != nil {

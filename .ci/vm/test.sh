@@ -10,7 +10,10 @@
 # when any binary failed or the guest never reported.
 #
 # Env: VM_FILES      folder whose files (e.g. built .wasm modules) are copied
-#                    into the guest; tests find them at $WASMCSI_MODULE_DIR
+#                    into the guest; tests find them at $WASMCSI_MODULE_DIR.
+#                    Unset: every examples/<name> module is built here and
+#                    copied in (<name>.wasm; <name>.tinygo.wasm too when
+#                    WASMCSI_TINYGO names a tinygo, see .ci/tinygo.sh)
 #      VM_TEST_ARGS  extra arguments for every test binary (e.g. -test.run=Thin)
 #      VM_TIMEOUT    time limit for the guest run in seconds (default 1800)
 #      VM_MEM        guest memory in MiB (default 2048, at most 2048)
@@ -58,6 +61,26 @@ done
 if [ -n "${VM_FILES:-}" ]; then
   [ -d "$VM_FILES" ] || die "VM_FILES=$VM_FILES is not a folder"
   mkdir -p "$STAGE/modules"; cp -a "$VM_FILES"/. "$STAGE/modules/"
+else
+  # The guest has no toolchain: build the example modules here, as the
+  # Makefile does (<name>.wasm, and <name>.tinygo.wasm when WASMCSI_TINYGO
+  # names a tinygo). A module that does not build is reported and left
+  # out; the tests that need it skip with the reason.
+  mkdir -p "$STAGE/modules"
+  for dir in examples/*/; do
+    name=$(basename "$dir")
+    compgen -G "$dir*.go" >/dev/null || continue
+    if ! GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 go build -buildmode=c-shared -trimpath \
+        -o "$STAGE/modules/$name.wasm" "./$dir" 2>"$JOB/build.log"; then
+      log "warning: module $name does not build; tests that need it will skip: $(tail -n 3 "$JOB/build.log")"
+      continue
+    fi
+    if [ -n "${WASMCSI_TINYGO:-}" ] && ! "$WASMCSI_TINYGO" build -buildmode=c-shared -scheduler=none -no-debug \
+        -o "$STAGE/modules/$name.tinygo.wasm" "./$dir" 2>"$JOB/build.log"; then
+      log "warning: TinyGo cannot build module $name: $(tail -n 3 "$JOB/build.log")"
+    fi
+  done
+  log "built modules: $(cd "$STAGE/modules" && echo *.wasm)"
 fi
 log "built ${#NAMES[@]} test binaries in $((SECONDS - T_BUILD)) s"
 

@@ -1,0 +1,262 @@
+package host_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
+	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
+)
+
+// The dmthin backend on a real thin pool, through the daemon's CSI
+// services (VM tier: device-mapper thin provisioning).
+
+// dmthinDaemon starts a daemon serving the dmthin module built with tc on a
+// fresh pool of dataSize bytes named after name.
+func dmthinDaemon(t *testing.T, tc moduletest.Toolchain, name string, dataSize int64) *daemon {
+	t.Helper()
+	dmthintest.Require(t)
+	wasm := dmthintest.Module(t, tc)
+	fx := dmthintest.New(t, name, dataSize, 8<<20)
+	return startDaemon(t, dmthinOptions(wasm, fx))
+}
+
+func dmthinOptions(wasm string, fx *dmthintest.Fixture) daemonOptions {
+	return daemonOptions{backend: "dmthin", wasm: wasm, hostcalls: dmthintest.HostCalls, config: fx.Config(), extraRoots: fx.Roots()}
+}
+
+var blockAccess = &csi.VolumeCapability{
+	AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+	AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+}
+
+var mountAccess = &csi.VolumeCapability{
+	AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
+	AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+}
+
+// timed runs a CSI call and logs its time.
+func timed[T any](t *testing.T, what string, call func() (T, error)) T {
+	t.Helper()
+	var out T
+	var err error
+	dmthintest.Timed(t, "csi "+what, func() { out, err = call() })
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return out
+}
+
+// Thin-pool capacity reported correctly after snapshots share blocks:
+// data written to a volume counts once however many snapshots share it, a
+// first write to a shared block costs a new block (copy on write) and a
+// second write to it costs nothing, and deleting frees exactly the blocks
+// nothing else shares.
+func TestDmthinCapacityAfterSnapshotsShareBlocks(t *testing.T) {
+	d := dmthinDaemon(t, moduletest.Go, "capacity", 256<<20)
+	ctx := context.Background()
+	ctl, node := d.controller(), d.node()
+	available := func() int64 {
+		t.Helper()
+		return timed(t, "GetCapacity", func() (*csi.GetCapacityResponse, error) {
+			return ctl.GetCapacity(ctx, &csi.GetCapacityRequest{VolumeCapabilities: []*csi.VolumeCapability{blockAccess}})
+		}).GetAvailableCapacity()
+	}
+	used := func(empty int64) int64 { t.Helper(); return empty - available() }
+	const mib = 1 << 20
+
+	empty := available()
+	if empty != 256*mib {
+		t.Fatalf("an empty pool of 256 MiB data with ample metadata reports %d bytes", empty)
+	}
+	vol := timed(t, "CreateVolume (block, 64 MiB)", func() (*csi.CreateVolumeResponse, error) {
+		return ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "cap-origin", VolumeCapabilities: []*csi.VolumeCapability{blockAccess},
+			CapacityRange: &csi.CapacityRange{RequiredBytes: 64 * mib}})
+	}).GetVolume()
+	work := t.TempDir()
+	staging, target := filepath.Join(work, "staging"), filepath.Join(work, "pub", "dev")
+	timed(t, "NodeStageVolume (block)", func() (*csi.NodeStageVolumeResponse, error) {
+		return node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: vol.GetVolumeId(), StagingTargetPath: staging,
+			VolumeCapability: blockAccess, VolumeContext: vol.GetVolumeContext()})
+	})
+	timed(t, "NodePublishVolume (block)", func() (*csi.NodePublishVolumeResponse, error) {
+		return node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: vol.GetVolumeId(), StagingTargetPath: staging,
+			TargetPath: target, VolumeCapability: blockAccess, VolumeContext: vol.GetVolumeContext()})
+	})
+	t.Cleanup(func() {
+		node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol.GetVolumeId(), TargetPath: target})
+		node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.GetVolumeId(), StagingTargetPath: staging})
+	})
+	if used := used(empty); used != 0 {
+		t.Errorf("a new volume uses %d bytes", used)
+	}
+
+	write(t, target, 0, 8*mib, 1)
+	if got := used(empty); got != 8*mib {
+		t.Fatalf("after writing 8 MiB: %d bytes used", got)
+	}
+	snap := timed(t, "CreateSnapshot (origin published)", func() (*csi.CreateSnapshotResponse, error) {
+		return ctl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "cap-snap", SourceVolumeId: vol.GetVolumeId()})
+	}).GetSnapshot()
+	if !snap.GetReadyToUse() || snap.GetSizeBytes() != 64*mib {
+		t.Errorf("snapshot %v", snap)
+	}
+	if got := used(empty); got != 8*mib {
+		t.Errorf("after the snapshot: %d bytes used, want the 8 MiB counted once", got)
+	}
+	write(t, target, 0, 2*mib, 2)
+	if got := used(empty); got != 10*mib {
+		t.Errorf("after overwriting 2 MiB shared with the snapshot: %d bytes used, want 10 MiB (copy on write)", got)
+	}
+	write(t, target, 0, 2*mib, 3)
+	if got := used(empty); got != 10*mib {
+		t.Errorf("after overwriting the same 2 MiB again: %d bytes used, want still 10 MiB", got)
+	}
+	restored := timed(t, "CreateVolume (restore from snapshot)", func() (*csi.CreateVolumeResponse, error) {
+		return ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "cap-restored", VolumeCapabilities: []*csi.VolumeCapability{blockAccess},
+			CapacityRange:       &csi.CapacityRange{RequiredBytes: 64 * mib},
+			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshotId()}}}})
+	}).GetVolume()
+	if got := used(empty); got != 10*mib {
+		t.Errorf("after restoring the snapshot: %d bytes used, want 10 MiB", got)
+	}
+	// The snapshot's own 2 MiB stay while the restored volume shares them.
+	timed(t, "DeleteSnapshot", func() (*csi.DeleteSnapshotResponse, error) {
+		return ctl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshotId()})
+	})
+	if got := used(empty); got != 10*mib {
+		t.Errorf("after deleting the snapshot: %d bytes used, want 10 MiB (the restored volume shares them)", got)
+	}
+	timed(t, "DeleteVolume (restored)", func() (*csi.DeleteVolumeResponse, error) {
+		return ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: restored.GetVolumeId()})
+	})
+	if got := used(empty); got != 8*mib {
+		t.Errorf("after deleting the restored volume: %d bytes used, want the origin's 8 MiB", got)
+	}
+	timed(t, "NodeUnpublishVolume (block)", func() (*csi.NodeUnpublishVolumeResponse, error) {
+		return node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol.GetVolumeId(), TargetPath: target})
+	})
+	timed(t, "NodeUnstageVolume (block)", func() (*csi.NodeUnstageVolumeResponse, error) {
+		return node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.GetVolumeId(), StagingTargetPath: staging})
+	})
+	timed(t, "DeleteVolume", func() (*csi.DeleteVolumeResponse, error) {
+		return ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol.GetVolumeId()})
+	})
+	if got := used(empty); got != 0 {
+		t.Errorf("after deleting everything: %d bytes used", got)
+	}
+}
+
+// A mount volume's life on a thin pool, with each CSI call timed: format
+// and mount on first stage, online expansion (device at once, filesystem
+// by the node), and a restage after an offline expansion that must see the
+// new size although the CO still sends the creation's volume context.
+func TestDmthinMountLifecycle(t *testing.T) {
+	d := dmthinDaemon(t, moduletest.Go, "mount", 512<<20)
+	ctx := context.Background()
+	ctl, node := d.controller(), d.node()
+	const mib = 1 << 20
+	vol := timed(t, "CreateVolume (mount, 64 MiB)", func() (*csi.CreateVolumeResponse, error) {
+		return ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "life", VolumeCapabilities: []*csi.VolumeCapability{mountAccess},
+			CapacityRange: &csi.CapacityRange{RequiredBytes: 64 * mib}})
+	}).GetVolume()
+	id := vol.GetVolumeId()
+	work := t.TempDir()
+	staging, target := filepath.Join(work, "staging"), filepath.Join(work, "target")
+	stage := func(what string) {
+		t.Helper()
+		timed(t, what, func() (*csi.NodeStageVolumeResponse, error) {
+			return node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging,
+				VolumeCapability: mountAccess, VolumeContext: vol.GetVolumeContext()})
+		})
+	}
+	unstage := func() {
+		t.Helper()
+		timed(t, "NodeUnstageVolume (unmount, deactivate)", func() (*csi.NodeUnstageVolumeResponse, error) {
+			return node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+		})
+	}
+	t.Cleanup(func() {
+		node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
+		node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+	})
+	stage("NodeStageVolume (activate, mkfs.ext4, mount)")
+	timed(t, "NodePublishVolume (bind)", func() (*csi.NodePublishVolumeResponse, error) {
+		return node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging, TargetPath: target,
+			VolumeCapability: mountAccess, VolumeContext: vol.GetVolumeContext()})
+	})
+	if err := os.WriteFile(filepath.Join(target, "data"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	statsSize := func(path string) int64 {
+		t.Helper()
+		st := timed(t, "NodeGetVolumeStats", func() (*csi.NodeGetVolumeStatsResponse, error) {
+			return node.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: path})
+		})
+		for _, u := range st.GetUsage() {
+			if u.GetUnit() == csi.VolumeUsage_BYTES {
+				return u.GetTotal()
+			}
+		}
+		t.Fatalf("no byte usage in %v", st)
+		return 0
+	}
+	before := statsSize(target)
+	timed(t, "ControllerExpandVolume (online, 128 MiB)", func() (*csi.ControllerExpandVolumeResponse, error) {
+		return ctl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 128 * mib}})
+	})
+	ne := timed(t, "NodeExpandVolume (resize2fs online)", func() (*csi.NodeExpandVolumeResponse, error) {
+		return node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: target, CapacityRange: &csi.CapacityRange{RequiredBytes: 128 * mib}})
+	})
+	after := statsSize(target)
+	if ne.GetCapacityBytes() != 128*mib || after < before+50*mib {
+		t.Errorf("online expansion: node reports %d bytes, filesystem %d -> %d", ne.GetCapacityBytes(), before, after)
+	}
+	timed(t, "NodeUnpublishVolume", func() (*csi.NodeUnpublishVolumeResponse, error) {
+		return node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
+	})
+	unstage()
+	timed(t, "ControllerExpandVolume (offline, 192 MiB)", func() (*csi.ControllerExpandVolumeResponse, error) {
+		return ctl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 192 * mib}})
+	})
+	stage("NodeStageVolume (activate, mount)")
+	ne = timed(t, "NodeExpandVolume (resize2fs online)", func() (*csi.NodeExpandVolumeResponse, error) {
+		return node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: staging, StagingTargetPath: staging,
+			CapacityRange: &csi.CapacityRange{RequiredBytes: 192 * mib}})
+	})
+	if final := statsSize(staging); ne.GetCapacityBytes() != 192*mib || final < after+50*mib {
+		t.Errorf("offline expansion: node reports %d bytes, filesystem %d -> %d", ne.GetCapacityBytes(), after, final)
+	}
+	if b, err := os.ReadFile(filepath.Join(staging, "data")); err != nil || string(b) != "kept" {
+		t.Errorf("data after restage: %q %v", b, err)
+	}
+	unstage()
+	timed(t, "DeleteVolume", func() (*csi.DeleteVolumeResponse, error) {
+		return ctl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+	})
+}
+
+// write writes n bytes of a pattern (by seed) at off to a block device
+// node and syncs them, so the pool has mapped every block.
+func write(t *testing.T, dev string, off, n int64, seed byte) {
+	t.Helper()
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i)
+	}
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatalf("write %s: %v", dev, err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync %s: %v", dev, err)
+	}
+}
