@@ -107,12 +107,12 @@ func (b *Backend) Configure(req *abi.ConfigureRequest) error {
 		return errorf(abi.CodeOf(err), "open thin pool ", c.pool, " (data ", data, ", metadata ", meta, "): ", message(err))
 	}
 	b.cfg, b.blockBytes, b.configured = c, int64(resp.BlockSectors)*sectorSize, true
-	st := resp.Status
-	how := "opened"
+	// Configure runs again on every new instance; a new pool is news.
+	st, level, how := resp.Status, abi.LogDebug, "opened"
 	if resp.Formatted {
-		how = "created"
+		level, how = abi.LogInfo, "created"
 	}
-	hostcall.Logf(abi.LogInfo, "dmthin: pool ", c.pool, " ", how, " on data ", data, " and metadata ", meta,
+	hostcall.Logf(level, "dmthin: pool ", c.pool, " ", how, " on data ", data, " and metadata ", meta,
 		": block ", strconv.FormatInt(b.blockBytes, 10), " bytes, data blocks ", u64(st.UsedDataBlocks), "/", u64(st.TotalDataBlocks),
 		", metadata blocks ", u64(st.UsedMetaBlocks), "/", u64(st.TotalMetaBlocks))
 	return nil

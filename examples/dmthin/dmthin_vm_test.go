@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"testing"
@@ -11,14 +12,17 @@ import (
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
 	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
+	"github.com/wasmcsi/wasmcsi/hostcalls/dm"
 	"github.com/wasmcsi/wasmcsi/modules"
+	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
 // The built module on a real thin pool (VM tier): every operation through
 // the real host calls, with the data on the thin devices checked, the
-// pool's accounting checked against what was written, and a reload that
-// must find the pool and every id again. Each step logs its time.
+// pool's accounting checked against what was written, and a reboot after
+// which configure must find the pool and every id again. Each step logs
+// its time.
 func TestModuleOnThinPool(t *testing.T) {
 	for _, tc := range moduletest.Toolchains {
 		t.Run(string(tc), func(t *testing.T) {
@@ -26,14 +30,10 @@ func TestModuleOnThinPool(t *testing.T) {
 			wasm := dmthintest.Module(t, tc)
 			fx := dmthintest.New(t, "mod-"+string(tc), 256*mib, 8*mib)
 			grant := modules.Grant{HostCalls: dmthintest.HostCalls, Roots: append([]string{t.TempDir()}, fx.Roots()...), Config: fx.Config()}
-			load := func(what string) *moduletest.Module {
-				var m *moduletest.Module
-				dmthintest.Timed(t, string(tc)+" "+what, func() {
-					m = moduletest.Load(t, wasm, moduletest.Options{Name: "dmthin", Grant: grant, HostCalls: catalog.All()})
-				})
-				return m
-			}
-			m := load("load + configure (new pool)")
+			var m *moduletest.Module
+			dmthintest.Timed(t, string(tc)+" load + configure (new pool)", func() {
+				m = moduletest.Load(t, wasm, moduletest.Options{Name: "dmthin", Grant: grant, HostCalls: catalog.All()})
+			})
 			op := func(what string, o abi.Op, req, resp abi.Message) {
 				t.Helper()
 				var err error
@@ -135,19 +135,42 @@ func TestModuleOnThinPool(t *testing.T) {
 				t.Errorf("restaged after an inactive expansion: %d bytes, want 160 MiB", got)
 			}
 
-			// A daemon restart: the pool opens as it is and names find
-			// their ids again.
+			// A reboot: the pool device is gone; configure (here natively,
+			// the same code against the real host calls, which spares a
+			// second compilation of the module) opens the pool from its
+			// metadata, and names find their ids again.
 			for _, v := range []abi.VolumeRef{aref, ref(&r), ref(&c)} {
 				unstage(v)
 			}
-			m = load("load + configure (reopen pool)")
-			op("create_volume (repeat after reload)", abi.OpCreateVolume, &abi.CreateVolumeRequest{Name: "vol-a", RequiredBytes: 64 * mib, Capabilities: blockCap()}, &again)
-			if again.LocalID != a.LocalID {
-				t.Errorf("after reload vol-a is %s, was %s", again.LocalID, a.LocalID)
+			mapper, err := dm.New(fx.Prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := mapper.Remove(context.Background(), fx.Pool); err != nil {
+				t.Fatal(err)
+			}
+			hostcall.SetHost(moduletest.RealHost(catalog.All(), grant.Roots))
+			t.Cleanup(func() { hostcall.SetHost(nil) })
+			native := New()
+			dmthintest.Timed(t, "native configure (reopen pool after reboot)", func() {
+				err = native.Configure(&abi.ConfigureRequest{Config: grant.Config, Roots: grant.Roots, NodeID: "moduletest", Role: "all"})
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info, _ := mapper.Info(context.Background(), fx.Pool); !info.Exists {
+				t.Fatal("configure did not activate the pool")
+			}
+			after, err := native.CreateVolume(&abi.CreateVolumeRequest{Name: "vol-a", RequiredBytes: 160 * mib, Capabilities: blockCap()})
+			if err != nil || after.LocalID != a.LocalID {
+				t.Errorf("after the reboot vol-a is %+v (%v), was %s", after, err, a.LocalID)
 			}
 			dev = stage(aref)
 			if got := readDevice(t, dev, mib, mib); !bytes.Equal(got, first[mib:2*mib]) {
-				t.Error("data lost across the reload")
+				t.Error("data lost across the reboot")
+			}
+			if got := deviceSize(t, dev); got != 160*mib {
+				t.Errorf("after the reboot the volume has %d bytes, want 160 MiB", got)
 			}
 			unstage(aref)
 

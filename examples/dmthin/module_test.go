@@ -7,17 +7,19 @@ import (
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
 	"github.com/wasmcsi/wasmcsi/modules"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
 // The built module, with each toolchain, against the fake system: the
 // artifact an operator ships makes the same decisions as the native code
-// (the same thin ids for the same names) and speaks the ABI.
+// (the same thin ids for the same names) and speaks the ABI. In the VM
+// tier it runs the files the tier built (the guest has no toolchain).
 func TestBuiltModule(t *testing.T) {
 	for _, tc := range moduletest.Toolchains {
 		t.Run(string(tc), func(t *testing.T) {
-			wasm := moduletest.Build(t, ".", tc)
+			wasm := dmthintest.Module(t, tc)
 			f := newFakeSystem()
 			f.files["/files/data"] = 256 * mib
 			f.files["/files/meta"] = 8 * mib
