@@ -1,0 +1,140 @@
+//go:build !wasip1
+
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
+	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
+	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
+)
+
+// realBackend configures a Backend natively against the real dir host
+// calls, confined to a fresh pool like a granted module.
+func realBackend(t *testing.T, pool string, config map[string]string) (*Backend, error) {
+	t.Helper()
+	hostcall.SetHost(moduletest.RealHost(catalog.All(), []string{pool}))
+	t.Cleanup(func() { hostcall.SetHost(nil) })
+	b := New()
+	return b, b.Configure(&abi.ConfigureRequest{Roots: []string{pool}, NodeID: "n1", Config: config})
+}
+
+func TestSlug(t *testing.T) {
+	for _, tc := range []struct{ a, b string }{
+		{"pvc-1", "pvc-2"},
+		{"PVC-1", "pvc-1"},
+		{"a/b", "a-b"},
+		{strings.Repeat("x", 50) + "1", strings.Repeat("x", 50) + "2"},
+	} {
+		if slug(tc.a) == slug(tc.b) {
+			t.Errorf("%q and %q share directory %q", tc.a, tc.b, slug(tc.a))
+		}
+	}
+	for _, name := range []string{"../../etc", "/", "..", "a\x00b", strings.Repeat("é", 100)} {
+		s := slug(name)
+		if strings.ContainsAny(s, "/.\x00") || len(s) > 49 {
+			t.Errorf("slug(%q) = %q: not a plain short directory name", name, s)
+		}
+	}
+	if slug("pvc-1") != slug("pvc-1") {
+		t.Error("slug is not deterministic")
+	}
+}
+
+// Names and IDs can never reach outside the pool: hostile names become
+// plain directory names, and forged local IDs or planted symlinks are
+// refused by the host calls' confinement.
+func TestNoEscape(t *testing.T) {
+	dir := t.TempDir()
+	pool := filepath.Join(dir, "pool")
+	outside := filepath.Join(dir, "outside")
+	for _, d := range []string{pool, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(outside, "keep"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := realBackend(t, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "../outside", RequiredBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := filepath.Dir(resp.Context["path"]); got != pool {
+		t.Fatalf("volume for a hostile name lives in %s, not the pool", got)
+	}
+	for _, id := range []string{"..", ".", "../outside", "v-x/../../outside"} {
+		err := b.DeleteVolume(&abi.DeleteVolumeRequest{Volume: abi.VolumeRef{LocalID: id}})
+		if err == nil {
+			t.Errorf("DeleteVolume(%q) succeeded", id)
+		}
+		if _, err := b.NodeStage(&abi.NodeStageRequest{Volume: abi.VolumeRef{LocalID: id}}); err == nil {
+			t.Errorf("NodeStage(%q) named a directory", id)
+		}
+	}
+	// A symlink planted in the pool under a volume's name.
+	if err := os.Symlink(outside, filepath.Join(pool, "v-planted")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateSnapshot(&abi.CreateSnapshotRequest{Name: "s", Source: abi.VolumeRef{LocalID: "v-planted"}}); err == nil {
+		t.Error("CreateSnapshot copied through a planted symlink")
+	}
+	if _, err := b.NodeStage(&abi.NodeStageRequest{Volume: abi.VolumeRef{LocalID: "v-planted"}}); err == nil {
+		t.Error("NodeStage named a planted symlink")
+	}
+	// Deleting removes the link itself, never what it points to.
+	_ = b.DeleteVolume(&abi.DeleteVolumeRequest{Volume: abi.VolumeRef{LocalID: "v-planted"}})
+	if _, err := os.Stat(filepath.Join(outside, "keep")); err != nil {
+		t.Fatalf("a file outside the pool was touched: %v", err)
+	}
+}
+
+func TestConfigure(t *testing.T) {
+	pool := t.TempDir()
+	if _, err := realBackend(t, pool, map[string]string{"quota": "sometimes"}); abi.CodeOf(err) != abi.InvalidArgument {
+		t.Errorf("bad quota mode: %v", err)
+	}
+	if _, err := realBackend(t, pool, map[string]string{"colour": "blue"}); abi.CodeOf(err) != abi.InvalidArgument {
+		t.Errorf("unknown key: %v", err)
+	}
+	b, err := realBackend(t, pool, map[string]string{"quota": "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range b.Info().Ops {
+		if op == string(abi.OpExpandVolume) {
+			t.Error("expansion offered without quotas")
+		}
+	}
+	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: abi.VolumeRef{LocalID: "v-x"}, RequiredBytes: 1}); abi.CodeOf(err) != abi.FailedPrecondition {
+		t.Errorf("ExpandVolume without quotas: %v", err)
+	}
+}
+
+func TestTopology(t *testing.T) {
+	b, err := realBackend(t, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := []abi.Topology{{Segments: map[string]string{TopologyKey: "n2"}}}
+	if _, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: 1, Requisite: other}); abi.CodeOf(err) != abi.ResourceExhausted {
+		t.Errorf("volume on an excluded node: %v", err)
+	}
+	here := append(other, abi.Topology{Segments: map[string]string{TopologyKey: "n1"}})
+	resp, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: 1, Requisite: here})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Topology) != 1 || resp.Topology[0].Segments[TopologyKey] != "n1" {
+		t.Errorf("topology %v", resp.Topology)
+	}
+}
