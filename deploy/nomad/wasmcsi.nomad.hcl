@@ -137,7 +137,7 @@ reconcile:
 modules:
   localdir:
     sha256: ""
-    hostcalls: [dir, mount]
+    hostcalls: [dir]
     roots: [/var/lib/wasmcsi/pools/localdir]
     config: {}
   loopfile:
