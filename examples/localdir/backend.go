@@ -126,6 +126,12 @@ func (b *Backend) dir(localID string) string { return b.pool + "/" + localID }
 // snapshot or a volume when asked. It is idempotent on the name: the
 // directory name derives from it.
 func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeResponse, error) {
+	for k := range req.Parameters {
+		// localdir takes no StorageClass parameters; the CO's own keys pass.
+		if !strings.HasPrefix(k, "csi.storage.k8s.io/") {
+			return nil, sdk.Errorf(abi.InvalidArgument, "localdir takes no StorageClass parameter "+k)
+		}
+	}
 	if !b.reachable(req.Requisite) {
 		return nil, sdk.Errorf(abi.ResourceExhausted, "localdir volumes live on node "+b.node+", which the requisite topology excludes")
 	}

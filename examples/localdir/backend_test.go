@@ -120,6 +120,19 @@ func TestConfigure(t *testing.T) {
 	}
 }
 
+func TestParameters(t *testing.T) {
+	b, err := realBackend(t, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "p", RequiredBytes: 1, Parameters: map[string]string{"speed": "fast"}}); abi.CodeOf(err) != abi.InvalidArgument {
+		t.Errorf("unknown parameter: %v", err)
+	}
+	if _, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "p", RequiredBytes: 1, Parameters: map[string]string{"csi.storage.k8s.io/pvc/name": "x"}}); err != nil {
+		t.Errorf("the CO's own parameter: %v", err)
+	}
+}
+
 func TestTopology(t *testing.T) {
 	b, err := realBackend(t, t.TempDir(), nil)
 	if err != nil {
