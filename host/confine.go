@@ -39,35 +39,38 @@ func (s *Server) confineDirectory(b *backend, dir string) (string, error) {
 	return real, nil
 }
 
-func (s *Server) confineDevice(ctx context.Context, b *backend, dev string) (string, error) {
+// confineDevice checks that dev is a device b's grants explain and
+// returns its real path; for a loop device it also returns the identity
+// of its backing file ("<st_dev>:<st_ino>"), which the stage record keeps.
+func (s *Server) confineDevice(ctx context.Context, b *backend, dev string) (real, file string, err error) {
 	roots := b.mod.Grant().Roots
 	if !filepath.IsAbs(dev) {
-		return "", errf(codes.Internal, "backend %q named a relative device %q", b.name, dev)
+		return "", "", errf(codes.Internal, "backend %q named a relative device %q", b.name, dev)
 	}
 	// A device node inside a granted root (prefix match, so a root such as
 	// /dev/mapper/wasmcsi- grants every device named after it).
 	for _, r := range roots {
 		if strings.HasPrefix(filepath.Clean(dev), r) && strings.HasPrefix(r, "/dev/") {
-			return dev, nil
+			return dev, "", nil
 		}
 	}
-	real, err := filepath.EvalSymlinks(dev)
+	real, err = filepath.EvalSymlinks(dev)
 	if err != nil {
-		return "", fmt.Errorf("device %s: %w", dev, err)
+		return "", "", fmt.Errorf("device %s: %w", dev, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(real, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
-		return "", errf(codes.Internal, "backend %q named %q, which is not a block device", b.name, dev)
+		return "", "", errf(codes.Internal, "backend %q named %q, which is not a block device", b.name, dev)
 	}
 	if strings.HasPrefix(filepath.Base(real), "loop") {
 		devs, err := loop.List(ctx)
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 		for _, d := range devs {
 			if d.Path == real {
 				if _, err := hostcalls.Confine(roots, d.BackingFile, false); err == nil {
-					return real, nil
+					return real, fmt.Sprintf("%d:%d", d.Dev, d.Inode), nil
 				}
 			}
 		}
@@ -78,16 +81,16 @@ func (s *Server) confineDevice(ctx context.Context, b *backend, dev string) (str
 		rest := strings.TrimPrefix(dev, "/dev/disk/by-path/ip-")
 		for _, r := range roots {
 			if strings.HasPrefix(rest, r+"-iscsi-") {
-				return real, nil
+				return real, "", nil
 			}
 		}
 	}
 	if link, err := os.Readlink("/sys/class/block/" + filepath.Base(real)); err == nil && strings.Contains(link, "/session") {
 		if s.iscsiDeviceGranted(real, roots) {
-			return real, nil
+			return real, "", nil
 		}
 	}
-	return "", errf(codes.Internal, "backend %q named device %q, which its grants do not explain", b.name, dev)
+	return "", "", errf(codes.Internal, "backend %q named device %q, which its grants do not explain", b.name, dev)
 }
 
 // iscsiDeviceGranted reports whether an iSCSI disk belongs to a session
@@ -122,20 +125,29 @@ func (s *Server) iscsiDeviceGranted(dev string, roots []string) bool {
 	return false
 }
 
-// stagePresent reports whether a recorded stage is still in place: for
-// block access its device must still be the volume's (a reboot frees loop
-// devices and the same /dev/loopN node may be unbound or back another
-// file), for mount access the staging path must be mounted, from that
-// device when there is one.
+// stagedDevice reports whether a recorded stage's device is still the
+// volume's: granted, and for a loop device backed by the file it was
+// staged with (a reboot frees loop devices, and the same /dev/loopN node
+// may be unbound or back another file, even another volume's in the same
+// pool). A record without a device has none to lose.
+func (s *Server) stagedDevice(ctx context.Context, b *backend, rec *state.Stage) bool {
+	if rec.Device == "" {
+		return true
+	}
+	_, file, err := s.confineDevice(ctx, b, rec.Device)
+	return err == nil && file == rec.DeviceFile
+}
+
+// stagePresent reports whether a recorded stage is still in place: its
+// device must still be the volume's (stagedDevice), and for mount access
+// the staging path must be mounted, from that device when there is one.
 func (s *Server) stagePresent(ctx context.Context, rec *state.Stage) (bool, error) {
 	b, ok := s.backends.Load().get(rec.Backend)
 	if !ok {
 		return false, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", rec.Backend, rec.VolumeID)
 	}
-	if rec.Device != "" {
-		if _, err := s.confineDevice(ctx, b, rec.Device); err != nil {
-			return false, nil
-		}
+	if !s.stagedDevice(ctx, b, rec) {
+		return false, nil
 	}
 	if rec.Block {
 		return rec.Device != "", nil

@@ -110,12 +110,12 @@ func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publis
 		return errf(codes.Internal, "backend %q node_stage must name exactly one of device or directory", b.name)
 	}
 	rec.Device, rec.Directory, rec.Context = resp.Device, resp.Directory, resp.Context
-	rec.BackendFlags = resp.MountFlags
+	rec.BackendFlags, rec.DeviceFile = resp.MountFlags, ""
 	var err error
 	if rec.Directory != "" {
 		rec.Directory, err = s.confineDirectory(b, rec.Directory)
 	} else {
-		rec.Device, err = s.confineDevice(ctx, b, rec.Device)
+		rec.Device, rec.DeviceFile, err = s.confineDevice(ctx, b, rec.Device)
 	}
 	if err != nil {
 		s.release(ctx, b, rec)

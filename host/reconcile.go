@@ -56,8 +56,16 @@ func (s *Server) reconcile(ctx context.Context, clean bool) ([]Finding, error) {
 	for i := range stages {
 		rec := &stages[i]
 		known[rec.StagingPath] = true
+		// A recorded loop device explains the device of that number only
+		// while it still backs the file it was staged with: after a reboot
+		// it may back another. A record that kept no file identity (not a
+		// loop device, or written by an older daemon) explains it by
+		// number, and so does one whose backend is not loaded.
 		if rec.Device != "" {
-			known[rec.Device] = true
+			b, loaded := s.backends.Load().get(rec.Backend)
+			if rec.DeviceFile == "" || !loaded || s.stagedDevice(ctx, b, rec) {
+				known[rec.Device] = true
+			}
 		}
 		if ok, _ := s.stagePresent(ctx, rec); !ok {
 			out = append(out, Finding{Kind: "stage-lost", Path: rec.StagingPath, Detail: fmt.Sprintf("volume %s will be re-staged on its next NodeStage or NodePublish", rec.VolumeID)})

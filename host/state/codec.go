@@ -393,6 +393,7 @@ func encodeStage(v *Stage) ([]byte, error) {
 	e.time(11, v.StagedAt)
 	e.strMap(12, v.VolumeContext)
 	e.strs(13, v.BackendFlags)
+	e.str(14, v.DeviceFile)
 	return e.result()
 }
 
@@ -427,6 +428,8 @@ func decodeStage(b []byte) (v Stage, err error) {
 			err = d.StringMapEntry(t, &v.VolumeContext)
 		case 13:
 			err = d.RepeatedString(t, &v.BackendFlags)
+		case 14:
+			v.DeviceFile, err = d.String(t)
 		default:
 			err = d.Skip(field, t)
 		}

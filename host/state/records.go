@@ -87,6 +87,10 @@ type Stage struct {
 	VolumeContext map[string]string
 	// BackendFlags are mount flags the backend added (e.g. nouuid).
 	BackendFlags []string
+	// DeviceFile identifies the file behind Device when it is a loop
+	// device ("<st_dev>:<st_ino>"): a reboot hands loop device numbers out
+	// afresh, so the recorded number alone may name another file's device.
+	DeviceFile string
 }
 
 // Publish is a volume published on this node (NodePublishVolume), keyed by
