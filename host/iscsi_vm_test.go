@@ -187,9 +187,7 @@ func TestIscsiTwoVolumesShareOneSession(t *testing.T) {
 	}
 	more := bytes.Repeat([]byte("still here\n"), 20000)
 	writeSynced(t, filepath.Join(b.staging, "more"), more)
-	if err := unix.Syncfs(mustOpen(t, b.staging)); err != nil {
-		t.Fatalf("syncfs %s: %v", b.staging, err)
-	}
+	syncFS(t, b.staging)
 	if got := readFile(t, filepath.Join(b.staging, "more")); !bytes.Equal(got, more) {
 		t.Fatal("the second volume does not read back what it wrote after the first left")
 	}
@@ -208,16 +206,18 @@ func TestIscsiTwoVolumesShareOneSession(t *testing.T) {
 	}
 }
 
-// mustOpen opens a folder for syncfs; the descriptor is closed when the
-// test ends.
-func mustOpen(t *testing.T, dir string) int {
+// syncFS flushes the whole filesystem mounted at dir to its disk, and
+// closes the folder again at once (an open folder would keep the mount busy).
+func syncFS(t *testing.T, dir string) {
 	t.Helper()
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Close(fd) })
-	return fd
+	defer unix.Close(fd)
+	if err := unix.Syncfs(fd); err != nil {
+		t.Fatalf("syncfs %s: %v", dir, err)
+	}
 }
 
 // TestIscsiExpandRestoreRestart grows a mounted volume online, restores a
