@@ -136,29 +136,6 @@ func TestVMModuleOnSAN(t *testing.T) {
 	}
 }
 
-// TestVMWrongCHAPRefused checks that a node with other CHAP credentials
-// than the target demands cannot log in, and that it leaves no session.
-func TestVMWrongCHAPRefused(t *testing.T) {
-	fx := iscsitest.New(t, "chap").WithCHAP()
-	m, _ := loadOnSAN(t, moduletest.Go, fx)
-	info := call[abi.NodeInfoResponse](t, m, abi.OpNodeInfo, &abi.Empty{})
-	v := call[abi.CreateVolumeResponse](t, m, abi.OpCreateVolume, &abi.CreateVolumeRequest{Name: "chap", RequiredBytes: 16 * mib})
-	pub := call[abi.ControllerPublishResponse](t, m, abi.OpControllerPublish, &abi.ControllerPublishRequest{Volume: ref(v), NodeID: "vm", NodeContext: info.Context})
-
-	wrong := *fx
-	wrong.ChapSecret = "another-secret-9"
-	other, _ := loadOnSAN(t, moduletest.Go, &wrong)
-	err := other.Call(abi.OpNodeStage, &abi.NodeStageRequest{Volume: ref(v), PublishContext: pub.PublishContext, StagingPath: "/unused"}, &abi.NodeStageResponse{})
-	if abi.CodeOf(err) != abi.PermissionDenied {
-		t.Fatalf("stage with the wrong CHAP secret = %v, want PERMISSION_DENIED", err)
-	}
-	if ss := fx.Sessions(t); len(ss) != 0 {
-		t.Fatalf("a refused login left sessions %+v", ss)
-	}
-	call[abi.Empty](t, m, abi.OpControllerUnpublish, &abi.ControllerUnpublishRequest{Volume: ref(v), NodeID: "vm", NodeContext: info.Context})
-	call[abi.Empty](t, m, abi.OpDeleteVolume, &abi.DeleteVolumeRequest{Volume: ref(v)})
-}
-
 func writeDevice(t *testing.T, dev string, off int64, data []byte) {
 	t.Helper()
 	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
