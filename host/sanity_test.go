@@ -13,6 +13,7 @@ import (
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 
 	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
+	"github.com/wasmcsi/wasmcsi/examples/iscsi/iscsitest"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
@@ -82,11 +83,13 @@ type sanityBackend struct {
 }
 
 // sanityBackends are the node-local backends this machine can test for
-// real; device-mapper runs in the VM tier.
+// real; device-mapper and iSCSI (LIO and open-iscsi on loopback, the
+// controller and the node in one daemon) run in the VM tier.
 var sanityBackends = []sanityBackend{
 	{backend: "localdir", hostcalls: []string{"dir", "mount"}, access: []string{"mount"}},
 	{backend: "loopfile", hostcalls: []string{"file", "loop"}, access: []string{"mount", "block"}, size: 16 << 20},
 	{backend: "dmthin", hostcalls: dmthintest.HostCalls, access: []string{"mount", "block"}, size: 16 << 20, prepare: prepareDmthin},
+	{backend: "iscsi", hostcalls: iscsitest.HostCalls, access: []string{"mount", "block"}, size: 16 << 20, prepare: prepareIscsi},
 }
 
 // prepareDmthin gives a dmthin target the module file the VM tier copied
@@ -118,7 +121,8 @@ func selected(name string) bool {
 
 // TestSanity runs the whole csi-sanity suite against a real daemon serving
 // each backend module, with real mounts and loop devices; in the VM tier,
-// against the backends that need its kernel (dmthin on a real thin pool).
+// against the backends that need its kernel (dmthin on a real thin pool,
+// iscsi on LIO and open-iscsi).
 func TestSanity(t *testing.T) {
 	requireRoot(t)
 	if dmthintest.InVM() {
