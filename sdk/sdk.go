@@ -136,6 +136,3 @@ func Implements(b Backend, op abi.Op) bool {
 	}
 	return false
 }
-
-// Errorf returns an *abi.Error; the host answers the CO with its code.
-func Errorf(code abi.Code, msg string) error { return abi.Errorf(code, msg) }

@@ -90,36 +90,6 @@ func (b *Backend) Info() abi.BackendInfo {
 	return info
 }
 
-// slug turns a CO name into a directory name: lower-case [a-z0-9-], at
-// most 40 bytes, plus a hash of the whole name so that two names never
-// share a directory.
-func slug(name string) string {
-	var sb strings.Builder
-	for i := 0; i < len(name) && sb.Len() < 40; i++ {
-		c := name[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-':
-			sb.WriteByte(c)
-		case c >= 'A' && c <= 'Z':
-			sb.WriteByte(c + 'a' - 'A')
-		default:
-			sb.WriteByte('-')
-		}
-	}
-	return sb.String() + "-" + fnv32(name)
-}
-
-// fnv32 is FNV-1a in hex: stable across toolchains, no hash package needed.
-func fnv32(s string) string {
-	h := uint32(2166136261)
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= 16777619
-	}
-	v := strconv.FormatUint(uint64(h), 16)
-	return strings.Repeat("0", 8-len(v)) + v
-}
-
 func (b *Backend) dir(localID string) string { return b.pool + "/" + localID }
 
 // CreateVolume makes the directory (with its quota), filling it from a
@@ -135,7 +105,7 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 	if !b.reachable(req.Requisite) {
 		return nil, sdk.Errorf(abi.ResourceExhausted, "localdir volumes live on node "+b.node+", which the requisite topology excludes")
 	}
-	id := "v-" + slug(req.Name)
+	id := "v-" + sdk.NameID(req.Name, "vol")
 	path := b.dir(id)
 	exists, err := hostcall.DirExists(path)
 	if err != nil {
@@ -213,7 +183,7 @@ func (b *Backend) CreateSnapshot(req *abi.CreateSnapshotRequest) (*abi.CreateSna
 	if !b.reachable(req.Requisite) {
 		return nil, sdk.Errorf(abi.ResourceExhausted, "localdir snapshots live on node "+b.node+", which the requisite topology excludes")
 	}
-	id := "s-" + slug(req.Name)
+	id := "s-" + sdk.NameID(req.Name, "snap")
 	path := b.dir(id)
 	exists, err := hostcall.DirExists(path)
 	if err != nil {

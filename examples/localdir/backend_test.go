@@ -5,7 +5,6 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/abi"
@@ -22,28 +21,6 @@ func realBackend(t *testing.T, pool string, config map[string]string) (*Backend,
 	t.Cleanup(func() { hostcall.SetHost(nil) })
 	b := New()
 	return b, b.Configure(&abi.ConfigureRequest{Roots: []string{pool}, NodeID: "n1", Config: config})
-}
-
-func TestSlug(t *testing.T) {
-	for _, tc := range []struct{ a, b string }{
-		{"pvc-1", "pvc-2"},
-		{"PVC-1", "pvc-1"},
-		{"a/b", "a-b"},
-		{strings.Repeat("x", 50) + "1", strings.Repeat("x", 50) + "2"},
-	} {
-		if slug(tc.a) == slug(tc.b) {
-			t.Errorf("%q and %q share directory %q", tc.a, tc.b, slug(tc.a))
-		}
-	}
-	for _, name := range []string{"../../etc", "/", "..", "a\x00b", strings.Repeat("é", 100)} {
-		s := slug(name)
-		if strings.ContainsAny(s, "/.\x00") || len(s) > 49 {
-			t.Errorf("slug(%q) = %q: not a plain short directory name", name, s)
-		}
-	}
-	if slug("pvc-1") != slug("pvc-1") {
-		t.Error("slug is not deterministic")
-	}
 }
 
 // Names and IDs can never reach outside the pool: hostile names become

@@ -13,6 +13,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount/mounttest"
+	"github.com/wasmcsi/wasmcsi/sdk"
 )
 
 // Quotas need a kernel with quota support; this machine's may have none, so
@@ -86,14 +87,14 @@ func TestQuotaEnforcedAndExpanded(t *testing.T) {
 			if size := int64(st.Blocks) * st.Bsize; size != 8*mib {
 				t.Errorf("statfs inside the volume reports %d bytes, want the quota %d", size, 8*mib)
 			}
-			if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: abi.VolumeRef{LocalID: "v-" + slug("q")}, RequiredBytes: 16 * mib}); err != nil {
+			if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: abi.VolumeRef{LocalID: "v-" + sdk.NameID("q", "vol")}, RequiredBytes: 16 * mib}); err != nil {
 				t.Fatal(err)
 			}
 			if err := write(filepath.Join(dir, "big"), 12*mib); err != nil {
 				t.Fatalf("12 MiB after expanding to 16 MiB: %v", err)
 			}
 			// A clone inherits the quota of its own size.
-			clone, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "c", RequiredBytes: 16 * mib, Source: &abi.VolumeSource{Volume: &abi.VolumeRef{LocalID: "v-" + slug("q")}}})
+			clone, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "c", RequiredBytes: 16 * mib, Source: &abi.VolumeSource{Volume: &abi.VolumeRef{LocalID: "v-" + sdk.NameID("q", "vol")}}})
 			if err != nil {
 				t.Fatal(err)
 			}

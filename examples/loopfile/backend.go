@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/sdk"
 )
 
 // Module config keys (the operator's `config:` of this module).
@@ -37,13 +38,13 @@ const TopologyKey = "topology.wasmcsi.dev/node"
 
 // Sizes the module offers.
 const (
-	minSizeBytes     = 1 * mib
-	defaultSizeBytes = 1 * gib
-	defaultUnit      = 1 * mib
-	maxUnit          = 1 * gib
+	minSizeBytes     = 1 * sdk.MiB
+	defaultSizeBytes = 1 * sdk.GiB
+	defaultUnit      = 1 * sdk.MiB
+	maxUnit          = 1 * sdk.GiB
 	// blockUnit: loop devices count in 512-byte sectors and filesystems
 	// in 4 KiB blocks, so every size is a multiple of 4 KiB.
-	blockUnit = 4 * kib
+	blockUnit = 4 * sdk.KiB
 	// snapshotBlockSize is the granularity of SnapshotMetadata ranges.
 	snapshotBlockSize = 4096
 )
@@ -58,9 +59,9 @@ var fsTypes = []string{"ext4", "xfs", "btrfs"}
 func fsMinimum(fs string) int64 {
 	switch fs {
 	case "xfs":
-		return 300 * mib
+		return 300 * sdk.MiB
 	case "btrfs":
-		return 109 * mib
+		return 109 * sdk.MiB
 	}
 	return minSizeBytes
 }
@@ -94,28 +95,28 @@ func New() *Backend {
 func (b *Backend) Configure(req *abi.ConfigureRequest) error {
 	c := config{fsType: "ext4", directIO: true, granularity: defaultUnit}
 	if len(req.Roots) == 0 {
-		return errorf(abi.InvalidArgument, "loopfile needs a granted root: its first root is the pool folder")
+		return sdk.Error(abi.InvalidArgument, "loopfile needs a granted root: its first root is the pool folder")
 	}
-	pool, err := cleanRoot(req.Roots[0])
+	pool, err := sdk.PoolRoot(req.Roots[0])
 	if err != nil {
 		return err
 	}
 	c.pool = pool
 	if req.NodeID == "" {
-		return errorf(abi.InvalidArgument, "loopfile needs the node ID: volumes are pinned to the node that holds their file")
+		return sdk.Error(abi.InvalidArgument, "loopfile needs the node ID: volumes are pinned to the node that holds their file")
 	}
 	c.nodeID = req.NodeID
 	for k, v := range req.Config {
 		switch k {
 		case configFsType:
 			if !isFsType(v) {
-				return errorf(abi.InvalidArgument, "config ", configFsType, " = ", strconv.Quote(v), ": want one of ", strings.Join(fsTypes, ", "))
+				return sdk.Error(abi.InvalidArgument, "config ", configFsType, " = ", strconv.Quote(v), ": want one of ", strings.Join(fsTypes, ", "))
 			}
 			c.fsType = v
 		case configPrealloc, configDirectIO:
 			on, err := strconv.ParseBool(v)
 			if err != nil {
-				return errorf(abi.InvalidArgument, "config ", k, " = ", strconv.Quote(v), ": want true or false")
+				return sdk.Error(abi.InvalidArgument, "config ", k, " = ", strconv.Quote(v), ": want true or false")
 			}
 			if k == configPrealloc {
 				c.prealloc = on
@@ -123,14 +124,14 @@ func (b *Backend) Configure(req *abi.ConfigureRequest) error {
 				c.directIO = on
 			}
 		case configGranularity:
-			n, ok := parseSize(v)
+			n, ok := sdk.ParseSize(v)
 			if !ok || n < blockUnit || n > maxUnit || n%blockUnit != 0 {
-				return errorf(abi.InvalidArgument, "config ", configGranularity, " = ", strconv.Quote(v),
+				return sdk.Error(abi.InvalidArgument, "config ", configGranularity, " = ", strconv.Quote(v),
 					": want a multiple of 4096 bytes from 4Ki to 1Gi (e.g. 1Mi)")
 			}
 			c.granularity = n
 		default:
-			return errorf(abi.InvalidArgument, "unknown config key ", strconv.Quote(k),
+			return sdk.Error(abi.InvalidArgument, "unknown config key ", strconv.Quote(k),
 				" (known: ", configFsType, ", ", configPrealloc, ", ", configDirectIO, ", ", configGranularity, ")")
 		}
 	}
@@ -157,8 +158,8 @@ func (b *Backend) Info() abi.BackendInfo {
 		FsTypes:          append([]string(nil), fsTypes...),
 		DefaultFsType:    b.cfg.fsType,
 		Granularity:      g,
-		MinSizeBytes:     roundUp(minSizeBytes, g),
-		DefaultSizeBytes: roundUp(defaultSizeBytes, g),
+		MinSizeBytes:     sdk.RoundUp(minSizeBytes, g),
+		DefaultSizeBytes: sdk.RoundUp(defaultSizeBytes, g),
 		TopologyKeys:     []string{TopologyKey},
 		Clone:            true,
 		Restore:          true,
@@ -179,7 +180,7 @@ func isFsType(s string) bool {
 // the host never configured.
 func (b *Backend) ready() error {
 	if !b.configured {
-		return errorf(abi.Unavailable, "loopfile instance is not configured: the host did not call configure on it")
+		return sdk.Error(abi.Unavailable, "loopfile instance is not configured: the host did not call configure on it")
 	}
 	return nil
 }
@@ -194,12 +195,12 @@ func (b *Backend) preallocFor(params map[string]string) (bool, error) {
 		case k == paramPrealloc:
 			on, err := strconv.ParseBool(v)
 			if err != nil {
-				return false, errorf(abi.InvalidArgument, "parameter ", paramPrealloc, " = ", strconv.Quote(v), ": want true or false")
+				return false, sdk.Error(abi.InvalidArgument, "parameter ", paramPrealloc, " = ", strconv.Quote(v), ": want true or false")
 			}
 			prealloc = on
 		case strings.HasPrefix(k, kubernetesPrefix):
 		default:
-			return false, errorf(abi.InvalidArgument, "unknown parameter ", strconv.Quote(k), " (loopfile knows: ", paramPrealloc, ")")
+			return false, sdk.Error(abi.InvalidArgument, "unknown parameter ", strconv.Quote(k), " (loopfile knows: ", paramPrealloc, ")")
 		}
 	}
 	return prealloc, nil
@@ -217,13 +218,13 @@ func (b *Backend) snapshotPath(ref *abi.SnapshotRef) (string, error) {
 }
 
 func (b *Backend) filePath(id string, ctx map[string]string, suffix, what string) (string, error) {
-	if !validLocalID(id) {
-		return "", errorf(abi.NotFound, what, " ", strconv.Quote(id), " is not a loopfile ", what, " ID")
+	if !sdk.ValidNameID(id) {
+		return "", sdk.Error(abi.NotFound, what, " ", strconv.Quote(id), " is not a loopfile ", what, " ID")
 	}
 	name := id + suffix
 	if p := ctx[ctxPath]; p != "" {
 		if !strings.HasPrefix(p, "/") || baseOf(p) != name {
-			return "", errorf(abi.InvalidArgument, what, " context path ", strconv.Quote(p), " does not name the ", what, "'s file ", name)
+			return "", sdk.Error(abi.InvalidArgument, what, " context path ", strconv.Quote(p), " does not name the ", what, "'s file ", name)
 		}
 		return p, nil
 	}

@@ -4,7 +4,6 @@ package main
 
 import (
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/abi"
@@ -12,93 +11,6 @@ import (
 )
 
 // Native tests of the module's logic against fakePool (fake_test.go).
-
-func TestLocalIDFor(t *testing.T) {
-	long := strings.Repeat("abcdefghij", 30)
-	tests := []struct {
-		name, fallback, slug string
-	}{
-		{"pvc-123", "vol", "pvc-123"},
-		{"PVC_1", "vol", "pvc-1"},
-		{"pvc-1", "vol", "pvc-1"},
-		{"  weird//name..x ", "vol", "weird-name-x"},
-		{"---", "vol", "vol"},
-		{"日本語", "snap", "snap"},
-		{"a.b.c", "vol", "a-b-c"},
-		{long, "vol", long[:slugMax]},
-		{"sanity-node-full-volume-" + strings.Repeat("9", 30), "vol", "sanity-node-full-volume-9999999999999999"},
-		{"", "vol", "vol"},
-	}
-	seen := map[string]string{}
-	for _, tc := range tests {
-		id := localIDFor(tc.name, tc.fallback)
-		if !validLocalID(id) {
-			t.Errorf("localIDFor(%q) = %q: not a valid local ID", tc.name, id)
-		}
-		slug, hash, ok := cutLast(id, "-")
-		if !ok || slug != tc.slug || len(hash) != hashHex {
-			t.Errorf("localIDFor(%q) = %q, want slug %q and a %d-digit hash", tc.name, id, tc.slug, hashHex)
-		}
-		if again := localIDFor(tc.name, tc.fallback); again != id {
-			t.Errorf("localIDFor(%q) is not deterministic: %q then %q", tc.name, id, again)
-		}
-		if other, dup := seen[id]; dup {
-			t.Errorf("names %q and %q share local ID %q", other, tc.name, id)
-		}
-		seen[id] = tc.name
-	}
-}
-
-func cutLast(s, sep string) (string, string, bool) {
-	i := strings.LastIndex(s, sep)
-	if i < 0 {
-		return s, "", false
-	}
-	return s[:i], s[i+len(sep):], true
-}
-
-func TestValidLocalID(t *testing.T) {
-	for id, want := range map[string]bool{
-		"pvc-1-0123456789abcdef": true,
-		"":                       false,
-		"-x":                     false,
-		"..":                     false,
-		"Upper":                  false,
-		"a_b":                    false,
-		strings.Repeat("a", 58):  false,
-		strings.Repeat("a", 57):  true,
-	} {
-		if got := validLocalID(id); got != want {
-			t.Errorf("validLocalID(%q) = %v, want %v", id, got, want)
-		}
-	}
-}
-
-func TestParseSize(t *testing.T) {
-	tests := []struct {
-		in   string
-		want int64
-		ok   bool
-	}{
-		{"4096", 4096, true},
-		{"1Mi", mib, true},
-		{"4MiB", 4 * mib, true},
-		{"64Ki", 64 * kib, true},
-		{"1Gi", gib, true},
-		{" 2Ti ", 2 * tib, true},
-		{"1M", 0, false},
-		{"-1", 0, false},
-		{"", 0, false},
-		{"1.5Gi", 0, false},
-		{"99999999999Ti", 0, false},
-	}
-	for _, tc := range tests {
-		got, ok := parseSize(tc.in)
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("parseSize(%q) = %d, %v; want %d, %v", tc.in, got, ok, tc.want, tc.ok)
-		}
-	}
-}
 
 func TestConfigure(t *testing.T) {
 	tests := []struct {
@@ -109,7 +21,7 @@ func TestConfigure(t *testing.T) {
 	}{
 		{name: "defaults", req: abi.ConfigureRequest{Roots: []string{"/pool/"}, NodeID: "n1"},
 			verify: func(t *testing.T, c config) {
-				want := config{pool: "/pool", nodeID: "n1", fsType: "ext4", directIO: true, granularity: mib}
+				want := config{pool: "/pool", nodeID: "n1", fsType: "ext4", directIO: true, granularity: sdk.MiB}
 				if c != want {
 					t.Errorf("config = %+v, want %+v", c, want)
 				}
@@ -117,7 +29,7 @@ func TestConfigure(t *testing.T) {
 		{name: "every key", req: abi.ConfigureRequest{Roots: []string{"/p", "/other"}, NodeID: "n1",
 			Config: map[string]string{"fs_type": "xfs", "prealloc": "true", "direct_io": "false", "granularity": "4Mi"}},
 			verify: func(t *testing.T, c config) {
-				want := config{pool: "/p", nodeID: "n1", fsType: "xfs", prealloc: true, granularity: 4 * mib}
+				want := config{pool: "/p", nodeID: "n1", fsType: "xfs", prealloc: true, granularity: 4 * sdk.MiB}
 				if c != want {
 					t.Errorf("config = %+v, want %+v", c, want)
 				}
@@ -172,7 +84,7 @@ func TestInfo(t *testing.T) {
 	if info.DefaultFsType != "btrfs" || !slices.Equal(info.FsTypes, []string{"ext4", "xfs", "btrfs"}) {
 		t.Errorf("fs types %v default %q", info.FsTypes, info.DefaultFsType)
 	}
-	if info.Granularity != 4*mib || info.MinSizeBytes != 4*mib || info.DefaultSizeBytes != gib {
+	if info.Granularity != 4*sdk.MiB || info.MinSizeBytes != 4*sdk.MiB || info.DefaultSizeBytes != sdk.GiB {
 		t.Errorf("sizes: granularity %d min %d default %d", info.Granularity, info.MinSizeBytes, info.DefaultSizeBytes)
 	}
 	if !slices.Equal(info.AccessModes, []int64{1, 2, 6, 7}) || !slices.Equal(info.TopologyKeys, []string{TopologyKey}) {
@@ -204,23 +116,23 @@ func TestCreateVolumeSize(t *testing.T) {
 		want            int64
 		code            abi.Code
 	}{
-		{name: "block keeps size", caps: []abi.Capability{blockCap}, required: 16 * mib, want: 16 * mib},
-		{name: "ext4 default fs", caps: []abi.Capability{mountCap("")}, required: 16 * mib, want: 16 * mib},
-		{name: "xfs rounds up to 300 MiB", caps: []abi.Capability{mountCap("xfs")}, required: 16 * mib, want: 300 * mib},
-		{name: "btrfs rounds up to 109 MiB", caps: []abi.Capability{mountCap("btrfs")}, required: 16 * mib, want: 109 * mib},
-		{name: "configured xfs default", cfg: map[string]string{"fs_type": "xfs"}, caps: []abi.Capability{mountCap("")}, required: mib, want: 300 * mib},
-		{name: "xfs minimum in 64 MiB units", cfg: map[string]string{"granularity": "64Mi"}, caps: []abi.Capability{mountCap("xfs")}, required: 64 * mib, want: 320 * mib},
-		{name: "mount and block", caps: []abi.Capability{blockCap, mountCap("xfs")}, required: mib, want: 300 * mib},
-		{name: "xfs above limit", caps: []abi.Capability{mountCap("xfs")}, required: 16 * mib, limit: 100 * mib, code: abi.OutOfRange},
-		{name: "xfs within limit", caps: []abi.Capability{mountCap("xfs")}, required: 16 * mib, limit: 300 * mib, want: 300 * mib},
-		{name: "default size", caps: []abi.Capability{blockCap}, want: gib},
-		{name: "unaligned request", caps: []abi.Capability{blockCap}, required: mib + 1, want: 2 * mib},
-		{name: "unaligned limit", caps: []abi.Capability{blockCap}, required: mib + 1, limit: mib + 2, code: abi.OutOfRange},
-		{name: "two filesystems", caps: []abi.Capability{mountCap("xfs"), mountCap("ext4")}, required: gib, code: abi.InvalidArgument},
-		{name: "unknown filesystem", caps: []abi.Capability{mountCap("zfs")}, required: gib, code: abi.InvalidArgument},
-		{name: "sparse larger than the pool", caps: []abi.Capability{blockCap}, required: 200 * gib, code: abi.OutOfRange},
-		{name: "preallocated without room", cfg: map[string]string{"prealloc": "true"}, caps: []abi.Capability{blockCap}, required: 60 * gib, code: abi.ResourceExhausted},
-		{name: "preallocated with room", cfg: map[string]string{"prealloc": "true"}, caps: []abi.Capability{blockCap}, required: 40 * gib, want: 40 * gib},
+		{name: "block keeps size", caps: []abi.Capability{blockCap}, required: 16 * sdk.MiB, want: 16 * sdk.MiB},
+		{name: "ext4 default fs", caps: []abi.Capability{mountCap("")}, required: 16 * sdk.MiB, want: 16 * sdk.MiB},
+		{name: "xfs rounds up to 300 MiB", caps: []abi.Capability{mountCap("xfs")}, required: 16 * sdk.MiB, want: 300 * sdk.MiB},
+		{name: "btrfs rounds up to 109 MiB", caps: []abi.Capability{mountCap("btrfs")}, required: 16 * sdk.MiB, want: 109 * sdk.MiB},
+		{name: "configured xfs default", cfg: map[string]string{"fs_type": "xfs"}, caps: []abi.Capability{mountCap("")}, required: sdk.MiB, want: 300 * sdk.MiB},
+		{name: "xfs minimum in 64 MiB units", cfg: map[string]string{"granularity": "64Mi"}, caps: []abi.Capability{mountCap("xfs")}, required: 64 * sdk.MiB, want: 320 * sdk.MiB},
+		{name: "mount and block", caps: []abi.Capability{blockCap, mountCap("xfs")}, required: sdk.MiB, want: 300 * sdk.MiB},
+		{name: "xfs above limit", caps: []abi.Capability{mountCap("xfs")}, required: 16 * sdk.MiB, limit: 100 * sdk.MiB, code: abi.OutOfRange},
+		{name: "xfs within limit", caps: []abi.Capability{mountCap("xfs")}, required: 16 * sdk.MiB, limit: 300 * sdk.MiB, want: 300 * sdk.MiB},
+		{name: "default size", caps: []abi.Capability{blockCap}, want: sdk.GiB},
+		{name: "unaligned request", caps: []abi.Capability{blockCap}, required: sdk.MiB + 1, want: 2 * sdk.MiB},
+		{name: "unaligned limit", caps: []abi.Capability{blockCap}, required: sdk.MiB + 1, limit: sdk.MiB + 2, code: abi.OutOfRange},
+		{name: "two filesystems", caps: []abi.Capability{mountCap("xfs"), mountCap("ext4")}, required: sdk.GiB, code: abi.InvalidArgument},
+		{name: "unknown filesystem", caps: []abi.Capability{mountCap("zfs")}, required: sdk.GiB, code: abi.InvalidArgument},
+		{name: "sparse larger than the pool", caps: []abi.Capability{blockCap}, required: 200 * sdk.GiB, code: abi.OutOfRange},
+		{name: "preallocated without room", cfg: map[string]string{"prealloc": "true"}, caps: []abi.Capability{blockCap}, required: 60 * sdk.GiB, code: abi.ResourceExhausted},
+		{name: "preallocated with room", cfg: map[string]string{"prealloc": "true"}, caps: []abi.Capability{blockCap}, required: 40 * sdk.GiB, want: 40 * sdk.GiB},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -247,12 +159,12 @@ func TestCreateVolumeSize(t *testing.T) {
 
 func TestCreateVolumeContextAndTopology(t *testing.T) {
 	p, b := newFakePool(t, nil)
-	resp, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "pvc-A", RequiredBytes: 16 * mib, Capabilities: []abi.Capability{mountCap("")}})
+	resp, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "pvc-A", RequiredBytes: 16 * sdk.MiB, Capabilities: []abi.Capability{mountCap("")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantPath := "/pool/" + localIDFor("pvc-A", "vol") + ".img"
-	if resp.LocalID != localIDFor("pvc-A", "vol") || resp.Context[ctxPath] != wantPath || p.files[wantPath] != 16*mib {
+	wantPath := "/pool/" + sdk.NameID("pvc-A", "vol") + ".img"
+	if resp.LocalID != sdk.NameID("pvc-A", "vol") || resp.Context[ctxPath] != wantPath || p.files[wantPath] != 16*sdk.MiB {
 		t.Errorf("local ID %q, context %v, files %v", resp.LocalID, resp.Context, p.files)
 	}
 	if resp.Context[ctxFsType] != "ext4" || resp.Context[ctxNode] != "n1" || resp.Context[ctxPrealloc] != "false" {
@@ -261,7 +173,7 @@ func TestCreateVolumeContextAndTopology(t *testing.T) {
 	if len(resp.Topology) != 1 || resp.Topology[0].Segments[TopologyKey] != "n1" || len(resp.Topology[0].Segments) != 1 {
 		t.Errorf("topology %v", resp.Topology)
 	}
-	block, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "raw", RequiredBytes: mib, Capabilities: []abi.Capability{blockCap}})
+	block, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "raw", RequiredBytes: sdk.MiB, Capabilities: []abi.Capability{blockCap}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +206,7 @@ func TestCreateVolumeRequisiteTopology(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p, b := newFakePool(t, nil)
-			_, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: mib, Capabilities: []abi.Capability{blockCap}, Requisite: tc.requisite})
+			_, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: sdk.MiB, Capabilities: []abi.Capability{blockCap}, Requisite: tc.requisite})
 			if codeOf(err) != tc.code {
 				t.Fatalf("CreateVolume = %v, want %v", err, tc.code)
 			}
@@ -307,7 +219,7 @@ func TestCreateVolumeRequisiteTopology(t *testing.T) {
 
 func TestCreateVolumeIdempotent(t *testing.T) {
 	p, b := newFakePool(t, nil)
-	req := &abi.CreateVolumeRequest{Name: "pvc-1", RequiredBytes: 8 * mib, Capabilities: []abi.Capability{mountCap("ext4")}}
+	req := &abi.CreateVolumeRequest{Name: "pvc-1", RequiredBytes: 8 * sdk.MiB, Capabilities: []abi.Capability{mountCap("ext4")}}
 	first, err := b.CreateVolume(req)
 	if err != nil {
 		t.Fatal(err)
@@ -321,12 +233,12 @@ func TestCreateVolumeIdempotent(t *testing.T) {
 	}
 	// The same name with another size finds the first file: ALREADY_EXISTS.
 	other := *req
-	other.RequiredBytes = 16 * mib
+	other.RequiredBytes = 16 * sdk.MiB
 	if _, err := b.CreateVolume(&other); codeOf(err) != abi.AlreadyExists {
 		t.Errorf("same name, other size: %v, want ALREADY_EXISTS", err)
 	}
 	// Names whose slugs agree are different volumes.
-	twin, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "PVC_1", RequiredBytes: 8 * mib, Capabilities: []abi.Capability{blockCap}})
+	twin, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "PVC_1", RequiredBytes: 8 * sdk.MiB, Capabilities: []abi.Capability{blockCap}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +262,7 @@ func TestCreateVolumeParameters(t *testing.T) {
 	for _, tc := range tests {
 		p, b := newFakePool(t, nil)
 		calls := p.mark()
-		resp, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: mib, Capabilities: []abi.Capability{blockCap}, Parameters: tc.params})
+		resp, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: sdk.MiB, Capabilities: []abi.Capability{blockCap}, Parameters: tc.params})
 		if codeOf(err) != tc.code {
 			t.Errorf("params %v: %v, want %v", tc.params, err, tc.code)
 			continue
@@ -377,13 +289,13 @@ func snapshotOf(t *testing.T, b *Backend, name string, vol *abi.CreateVolumeResp
 
 func TestSnapshotsAndRestore(t *testing.T) {
 	p, b := newFakePool(t, nil)
-	vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "src", RequiredBytes: 16 * mib, Capabilities: []abi.Capability{mountCap("ext4")}})
+	vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "src", RequiredBytes: 16 * sdk.MiB, Capabilities: []abi.Capability{mountCap("ext4")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	snap := snapshotOf(t, b, "snap-1", vol)
-	snapPath := "/pool/" + localIDFor("snap-1", "snap") + ".snap"
-	if snap.Context[ctxPath] != snapPath || p.files[snapPath] != 16*mib || snap.SizeBytes != 16*mib {
+	snapPath := "/pool/" + sdk.NameID("snap-1", "snap") + ".snap"
+	if snap.Context[ctxPath] != snapPath || p.files[snapPath] != 16*sdk.MiB || snap.SizeBytes != 16*sdk.MiB {
 		t.Fatalf("snapshot %+v; files %v", snap, p.files)
 	}
 	if snap.Context[ctxFsType] != "ext4" || snap.Context[ctxNode] != "n1" {
@@ -394,34 +306,34 @@ func TestSnapshotsAndRestore(t *testing.T) {
 		t.Errorf("repeat gave %q, then %q", snap.LocalID, again.LocalID)
 	}
 	data, err := b.SnapshotData(&abi.SnapshotDataRequest{Snapshot: snap})
-	if err != nil || data.Path != snapPath || data.SizeBytes != 16*mib || data.BlockSize != 4096 {
+	if err != nil || data.Path != snapPath || data.SizeBytes != 16*sdk.MiB || data.BlockSize != 4096 {
 		t.Errorf("SnapshotData = %+v, %v", data, err)
 	}
 
 	// Restore, bigger than the snapshot: clone, then grow.
 	calls := p.mark()
-	restored, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "restored", RequiredBytes: 32 * mib,
+	restored, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "restored", RequiredBytes: 32 * sdk.MiB,
 		Capabilities: []abi.Capability{mountCap("")}, Source: &abi.VolumeSource{Snapshot: &snap}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if restored.CapacityBytes != 32*mib || calls() != "file_statfs file_clone file_stat file_resize file_stat" {
+	if restored.CapacityBytes != 32*sdk.MiB || calls() != "file_statfs file_clone file_stat file_resize file_stat" {
 		t.Errorf("restore: %d bytes after calls %q", restored.CapacityBytes, calls())
 	}
 	// A restore repeated after a crash finds the clone.
-	if again, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "restored", RequiredBytes: 32 * mib,
+	if again, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "restored", RequiredBytes: 32 * sdk.MiB,
 		Capabilities: []abi.Capability{mountCap("")}, Source: &abi.VolumeSource{Snapshot: &snap}}); err != nil || again.LocalID != restored.LocalID {
 		t.Errorf("repeated restore: %+v, %v", again, err)
 	}
 	// Clone of a volume, same size.
 	srcRef := abi.VolumeRef{LocalID: vol.LocalID, Context: vol.Context}
-	clone, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "clone", RequiredBytes: 16 * mib,
+	clone, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "clone", RequiredBytes: 16 * sdk.MiB,
 		Capabilities: []abi.Capability{mountCap("ext4")}, Source: &abi.VolumeSource{Volume: &srcRef}})
-	if err != nil || clone.CapacityBytes != 16*mib {
+	if err != nil || clone.CapacityBytes != 16*sdk.MiB {
 		t.Fatalf("clone: %+v, %v", clone, err)
 	}
 	// A restore into another filesystem would never mount.
-	if _, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "as-xfs", RequiredBytes: gib,
+	if _, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "as-xfs", RequiredBytes: sdk.GiB,
 		Capabilities: []abi.Capability{mountCap("xfs")}, Source: &abi.VolumeSource{Snapshot: &snap}}); codeOf(err) != abi.InvalidArgument {
 		t.Errorf("restore of an ext4 snapshot as xfs: %v, want INVALID_ARGUMENT", err)
 	}
@@ -435,7 +347,7 @@ func TestSnapshotsAndRestore(t *testing.T) {
 	if err := b.DeleteSnapshot(&abi.DeleteSnapshotRequest{Snapshot: snap}); err != nil {
 		t.Errorf("second DeleteSnapshot: %v", err)
 	}
-	if _, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "late", RequiredBytes: 16 * mib,
+	if _, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "late", RequiredBytes: 16 * sdk.MiB,
 		Capabilities: []abi.Capability{blockCap}, Source: &abi.VolumeSource{Snapshot: &snap}}); codeOf(err) != abi.NotFound {
 		t.Errorf("restore of a deleted snapshot: %v, want NOT_FOUND", err)
 	}
@@ -446,13 +358,13 @@ func TestSnapshotsAndRestore(t *testing.T) {
 
 func TestCloneGrowFailureLeavesNothing(t *testing.T) {
 	p, b := newFakePool(t, nil)
-	vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "src", RequiredBytes: 16 * mib, Capabilities: []abi.Capability{blockCap}})
+	vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "src", RequiredBytes: 16 * sdk.MiB, Capabilities: []abi.Capability{blockCap}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.failResize = abi.ResourceExhausted
 	src := abi.VolumeRef{LocalID: vol.LocalID, Context: vol.Context}
-	_, err = b.CreateVolume(&abi.CreateVolumeRequest{Name: "big-clone", RequiredBytes: 64 * mib,
+	_, err = b.CreateVolume(&abi.CreateVolumeRequest{Name: "big-clone", RequiredBytes: 64 * sdk.MiB,
 		Capabilities: []abi.Capability{blockCap}, Source: &abi.VolumeSource{Volume: &src}})
 	if codeOf(err) != abi.ResourceExhausted {
 		t.Fatalf("clone with failing grow: %v, want RESOURCE_EXHAUSTED", err)
@@ -464,7 +376,7 @@ func TestCloneGrowFailureLeavesNothing(t *testing.T) {
 
 func TestDeleteVolume(t *testing.T) {
 	p, b := newFakePool(t, nil)
-	vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: mib, Capabilities: []abi.Capability{blockCap}})
+	vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: sdk.MiB, Capabilities: []abi.Capability{blockCap}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -501,18 +413,18 @@ func TestExpandVolume(t *testing.T) {
 		want            int64
 		code            abi.Code
 	}{
-		{name: "grow", required: 64 * mib, want: 64 * mib},
-		{name: "grow unaligned", required: 64*mib + 1, want: 65 * mib},
-		{name: "no smaller", required: 8 * mib, want: 16 * mib},
-		{name: "limit", required: 64*mib + 1, limit: 64*mib + 2, code: abi.OutOfRange},
-		{name: "beyond the pool", required: 101 * gib, code: abi.OutOfRange},
-		{name: "preallocated", cfg: map[string]string{"prealloc": "true"}, required: 40 * gib, want: 40 * gib},
-		{name: "preallocated without room", cfg: map[string]string{"prealloc": "true"}, required: 60 * gib, code: abi.ResourceExhausted},
+		{name: "grow", required: 64 * sdk.MiB, want: 64 * sdk.MiB},
+		{name: "grow unaligned", required: 64*sdk.MiB + 1, want: 65 * sdk.MiB},
+		{name: "no smaller", required: 8 * sdk.MiB, want: 16 * sdk.MiB},
+		{name: "limit", required: 64*sdk.MiB + 1, limit: 64*sdk.MiB + 2, code: abi.OutOfRange},
+		{name: "beyond the pool", required: 101 * sdk.GiB, code: abi.OutOfRange},
+		{name: "preallocated", cfg: map[string]string{"prealloc": "true"}, required: 40 * sdk.GiB, want: 40 * sdk.GiB},
+		{name: "preallocated without room", cfg: map[string]string{"prealloc": "true"}, required: 60 * sdk.GiB, code: abi.ResourceExhausted},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p, b := newFakePool(t, tc.cfg)
-			vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: 16 * mib, Capabilities: []abi.Capability{blockCap}})
+			vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: 16 * sdk.MiB, Capabilities: []abi.Capability{blockCap}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -539,16 +451,16 @@ func TestGetCapacity(t *testing.T) {
 		want     abi.GetCapacityResponse
 		wantCode abi.Code
 	}{
-		{name: "sparse", want: abi.GetCapacityResponse{AvailableBytes: 50 * gib, MaximumVolumeSize: 100 * gib, MinimumVolumeSize: mib}},
-		{name: "preallocated", cfg: map[string]string{"prealloc": "true"}, want: abi.GetCapacityResponse{AvailableBytes: 50 * gib, MaximumVolumeSize: 50 * gib, MinimumVolumeSize: mib}},
+		{name: "sparse", want: abi.GetCapacityResponse{AvailableBytes: 50 * sdk.GiB, MaximumVolumeSize: 100 * sdk.GiB, MinimumVolumeSize: sdk.MiB}},
+		{name: "preallocated", cfg: map[string]string{"prealloc": "true"}, want: abi.GetCapacityResponse{AvailableBytes: 50 * sdk.GiB, MaximumVolumeSize: 50 * sdk.GiB, MinimumVolumeSize: sdk.MiB}},
 		{name: "prealloc parameter", req: abi.GetCapacityRequest{Parameters: map[string]string{"prealloc": "true"}},
-			want: abi.GetCapacityResponse{AvailableBytes: 50 * gib, MaximumVolumeSize: 50 * gib, MinimumVolumeSize: mib}},
+			want: abi.GetCapacityResponse{AvailableBytes: 50 * sdk.GiB, MaximumVolumeSize: 50 * sdk.GiB, MinimumVolumeSize: sdk.MiB}},
 		{name: "xfs minimum", req: abi.GetCapacityRequest{Capability: &abi.Capability{FsType: "xfs"}},
-			want: abi.GetCapacityResponse{AvailableBytes: 50 * gib, MaximumVolumeSize: 100 * gib, MinimumVolumeSize: 300 * mib}},
+			want: abi.GetCapacityResponse{AvailableBytes: 50 * sdk.GiB, MaximumVolumeSize: 100 * sdk.GiB, MinimumVolumeSize: 300 * sdk.MiB}},
 		{name: "default fs minimum", cfg: map[string]string{"fs_type": "btrfs"}, req: abi.GetCapacityRequest{Capability: &abi.Capability{}},
-			want: abi.GetCapacityResponse{AvailableBytes: 50 * gib, MaximumVolumeSize: 100 * gib, MinimumVolumeSize: 109 * mib}},
+			want: abi.GetCapacityResponse{AvailableBytes: 50 * sdk.GiB, MaximumVolumeSize: 100 * sdk.GiB, MinimumVolumeSize: 109 * sdk.MiB}},
 		{name: "this node", req: abi.GetCapacityRequest{Topology: &abi.Topology{Segments: map[string]string{TopologyKey: "n1"}}},
-			want: abi.GetCapacityResponse{AvailableBytes: 50 * gib, MaximumVolumeSize: 100 * gib, MinimumVolumeSize: mib}},
+			want: abi.GetCapacityResponse{AvailableBytes: 50 * sdk.GiB, MaximumVolumeSize: 100 * sdk.GiB, MinimumVolumeSize: sdk.MiB}},
 		{name: "other node", req: abi.GetCapacityRequest{Topology: &abi.Topology{Segments: map[string]string{TopologyKey: "n2"}}}},
 		{name: "bad parameter", req: abi.GetCapacityRequest{Parameters: map[string]string{"speed": "fast"}}, wantCode: abi.InvalidArgument},
 	}
@@ -566,8 +478,8 @@ func TestGetCapacity(t *testing.T) {
 	}
 	// Free space that is not a whole unit is rounded down.
 	p, b := newFakePool(t, map[string]string{"prealloc": "true"})
-	p.avail = 3*mib + 5
-	if got, err := b.GetCapacity(&abi.GetCapacityRequest{}); err != nil || got.AvailableBytes != 3*mib || got.MaximumVolumeSize != 3*mib {
+	p.avail = 3*sdk.MiB + 5
+	if got, err := b.GetCapacity(&abi.GetCapacityRequest{}); err != nil || got.AvailableBytes != 3*sdk.MiB || got.MaximumVolumeSize != 3*sdk.MiB {
 		t.Errorf("GetCapacity with %d free = %+v, %v", p.avail, got, err)
 	}
 	// No room for even the smallest preallocated volume: no maximum.
@@ -594,7 +506,7 @@ func TestNodeStageUnstage(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p, b := newFakePool(t, tc.cfg)
-			vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: 16 * mib, Capabilities: []abi.Capability{mountCap("")}})
+			vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: 16 * sdk.MiB, Capabilities: []abi.Capability{mountCap("")}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -634,7 +546,7 @@ func TestNodeUnstageAfterReboot(t *testing.T) {
 	p, b := newFakePool(t, nil)
 	var refs []abi.VolumeRef
 	for _, name := range []string{"a", "b"} {
-		vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: name, RequiredBytes: mib, Capabilities: []abi.Capability{blockCap}})
+		vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: name, RequiredBytes: sdk.MiB, Capabilities: []abi.Capability{blockCap}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -657,7 +569,7 @@ func TestNodeUnstageAfterReboot(t *testing.T) {
 
 func TestNodeStageOtherNode(t *testing.T) {
 	_, b := newFakePool(t, nil)
-	ref := abi.VolumeRef{LocalID: localIDFor("v", "vol"), Context: map[string]string{ctxNode: "n2", ctxPath: "/pool/" + localIDFor("v", "vol") + ".img"}}
+	ref := abi.VolumeRef{LocalID: sdk.NameID("v", "vol"), Context: map[string]string{ctxNode: "n2", ctxPath: "/pool/" + sdk.NameID("v", "vol") + ".img"}}
 	if _, err := b.NodeStage(&abi.NodeStageRequest{Volume: ref, Capability: blockCap}); codeOf(err) != abi.FailedPrecondition {
 		t.Errorf("stage of another node's volume: %v, want FAILED_PRECONDITION", err)
 	}
@@ -665,33 +577,33 @@ func TestNodeStageOtherNode(t *testing.T) {
 
 func TestNodeExpand(t *testing.T) {
 	p, b := newFakePool(t, nil)
-	vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: 16 * mib, Capabilities: []abi.Capability{blockCap}})
+	vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: 16 * sdk.MiB, Capabilities: []abi.Capability{blockCap}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ref := abi.VolumeRef{LocalID: vol.LocalID, Context: vol.Context}
-	if _, err := b.NodeExpand(&abi.NodeExpandRequest{Volume: ref, RequiredBytes: 32 * mib}); codeOf(err) != abi.NotFound {
+	if _, err := b.NodeExpand(&abi.NodeExpandRequest{Volume: ref, RequiredBytes: 32 * sdk.MiB}); codeOf(err) != abi.NotFound {
 		t.Errorf("NodeExpand of a detached volume: %v, want NOT_FOUND", err)
 	}
 	st, err := b.NodeStage(&abi.NodeStageRequest{Volume: ref, Capability: blockCap})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.NodeExpand(&abi.NodeExpandRequest{Volume: ref, Device: st.Device, RequiredBytes: 32 * mib}); codeOf(err) != abi.FailedPrecondition {
+	if _, err := b.NodeExpand(&abi.NodeExpandRequest{Volume: ref, Device: st.Device, RequiredBytes: 32 * sdk.MiB}); codeOf(err) != abi.FailedPrecondition {
 		t.Errorf("NodeExpand before ControllerExpand: %v, want FAILED_PRECONDITION", err)
 	}
-	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref, RequiredBytes: 32 * mib}); err != nil {
+	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref, RequiredBytes: 32 * sdk.MiB}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := b.NodeExpand(&abi.NodeExpandRequest{Volume: ref, Device: st.Device, RequiredBytes: 32 * mib})
-	if err != nil || resp.CapacityBytes != 32*mib || p.devSize[st.Device] != 32*mib {
+	resp, err := b.NodeExpand(&abi.NodeExpandRequest{Volume: ref, Device: st.Device, RequiredBytes: 32 * sdk.MiB})
+	if err != nil || resp.CapacityBytes != 32*sdk.MiB || p.devSize[st.Device] != 32*sdk.MiB {
 		t.Errorf("NodeExpand = %+v, %v; device shows %d", resp, err, p.devSize[st.Device])
 	}
 }
 
 func TestVolumeHealth(t *testing.T) {
 	p, b := newFakePool(t, nil)
-	vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: 16 * mib, Capabilities: []abi.Capability{blockCap}})
+	vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: 16 * sdk.MiB, Capabilities: []abi.Capability{blockCap}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -704,7 +616,7 @@ func TestVolumeHealth(t *testing.T) {
 		reason string
 	}{
 		{name: "controller healthy", req: abi.VolumeHealthRequest{Volume: ref}},
-		{name: "controller truncated", setup: func() { p.files[path] = 8 * mib }, req: abi.VolumeHealthRequest{Volume: ref}, reason: "VolumeFileTruncated"},
+		{name: "controller truncated", setup: func() { p.files[path] = 8 * sdk.MiB }, req: abi.VolumeHealthRequest{Volume: ref}, reason: "VolumeFileTruncated"},
 		{name: "controller missing", setup: func() { delete(p.files, path) }, req: abi.VolumeHealthRequest{Volume: ref}, reason: "VolumeFileMissing"},
 		{name: "node detached", req: abi.VolumeHealthRequest{Volume: ref, OnNode: true, Device: "/dev/loop0"}, reason: "LoopDeviceDetached"},
 		{name: "node healthy", setup: func() { p.attached[path] = "/dev/loop0" }, req: abi.VolumeHealthRequest{Volume: ref, OnNode: true, Device: "/dev/loop0"}},
@@ -712,7 +624,7 @@ func TestVolumeHealth(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p.files[path] = 16 * mib
+			p.files[path] = 16 * sdk.MiB
 			delete(p.attached, path)
 			if tc.setup != nil {
 				tc.setup()
@@ -755,14 +667,14 @@ func TestNodeInfo(t *testing.T) {
 // context names their file.
 func TestUnconfigured(t *testing.T) {
 	p, configured := newFakePool(t, nil)
-	vol, err := configured.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: 16 * mib, Capabilities: []abi.Capability{blockCap}})
+	vol, err := configured.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: 16 * sdk.MiB, Capabilities: []abi.Capability{blockCap}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ref := abi.VolumeRef{LocalID: vol.LocalID, Context: vol.Context}
 	b := New()
 	for name, err := range map[string]error{
-		"CreateVolume": second(b.CreateVolume(&abi.CreateVolumeRequest{Name: "w", RequiredBytes: mib, Capabilities: []abi.Capability{blockCap}})),
+		"CreateVolume": second(b.CreateVolume(&abi.CreateVolumeRequest{Name: "w", RequiredBytes: sdk.MiB, Capabilities: []abi.Capability{blockCap}})),
 		"GetCapacity":  second(b.GetCapacity(&abi.GetCapacityRequest{})),
 		"NodeInfo":     second(b.NodeInfo()),
 		"bare ref":     b.DeleteVolume(&abi.DeleteVolumeRequest{Volume: abi.VolumeRef{LocalID: vol.LocalID}}),
@@ -771,7 +683,7 @@ func TestUnconfigured(t *testing.T) {
 			t.Errorf("%s on an unconfigured instance: %v, want UNAVAILABLE", name, err)
 		}
 	}
-	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref, RequiredBytes: 32 * mib}); err != nil {
+	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref, RequiredBytes: 32 * sdk.MiB}); err != nil {
 		t.Errorf("ExpandVolume by context: %v", err)
 	}
 	if _, err := b.NodeStage(&abi.NodeStageRequest{Volume: ref, Capability: blockCap}); err != nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/sdk"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 )
 
@@ -21,7 +22,7 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 		return nil, err
 	}
 	if !b.reachable(req.Requisite) {
-		return nil, errorf(abi.ResourceExhausted, "no requisite topology includes node ", strconv.Quote(b.cfg.nodeID),
+		return nil, sdk.Error(abi.ResourceExhausted, "no requisite topology includes node ", strconv.Quote(b.cfg.nodeID),
 			": loopfile volumes live on the node whose pool holds them")
 	}
 	fsType, err := b.fsTypeOf(req.Capabilities)
@@ -32,7 +33,7 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 	if err != nil {
 		return nil, err
 	}
-	id := localIDFor(req.Name, "vol")
+	id := sdk.NameID(req.Name, "vol")
 	path := joinPath(b.cfg.pool, id+volumeSuffix)
 
 	var source string
@@ -58,7 +59,7 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 		}
 	}
 	if source != "" && dirOf(source) != b.cfg.pool {
-		return nil, errorf(abi.InvalidArgument, "source ", source, " is not in this node's pool ", b.cfg.pool)
+		return nil, sdk.Error(abi.InvalidArgument, "source ", source, " is not in this node's pool ", b.cfg.pool)
 	}
 	if !prealloc {
 		if err := b.checkSparseBound(size); err != nil {
@@ -68,17 +69,17 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 	if source == "" {
 		err = hostcall.FileCreate(&abi.FileCreateRequest{Path: path, SizeBytes: size, Prealloc: prealloc})
 		if err != nil {
-			return nil, wrap(err, "create "+path)
+			return nil, sdk.Wrap(err, "create "+path)
 		}
 	} else if err := cloneTo(source, path, size, prealloc); err != nil {
 		return nil, err
 	}
 	st, err := hostcall.FileStat(path)
 	if err != nil {
-		return nil, wrap(err, "stat "+path)
+		return nil, sdk.Wrap(err, "stat "+path)
 	}
 	if req.LimitBytes > 0 && st.SizeBytes > req.LimitBytes {
-		return nil, errorf(abi.OutOfRange, "volume file ", path, " has ", sizeString(st.SizeBytes), ", above limit_bytes ", itoa(req.LimitBytes))
+		return nil, sdk.Error(abi.OutOfRange, "volume file ", path, " has ", sdk.FormatSize(st.SizeBytes), ", above limit_bytes ", itoa(req.LimitBytes))
 	}
 	ctx := map[string]string{ctxPath: path, ctxNode: b.cfg.nodeID, ctxPrealloc: strconv.FormatBool(prealloc)}
 	if fsType != "" {
@@ -115,10 +116,10 @@ func (b *Backend) fsTypeOf(caps []abi.Capability) (string, error) {
 			want = b.cfg.fsType
 		}
 		if !isFsType(want) {
-			return "", errorf(abi.InvalidArgument, "fs_type ", strconv.Quote(want), " is not one of ext4, xfs, btrfs")
+			return "", sdk.Error(abi.InvalidArgument, "fs_type ", strconv.Quote(want), " is not one of ext4, xfs, btrfs")
 		}
 		if fs != "" && fs != want {
-			return "", errorf(abi.InvalidArgument, "capabilities ask for both ", fs, " and ", want, ": a volume holds one filesystem")
+			return "", sdk.Error(abi.InvalidArgument, "capabilities ask for both ", fs, " and ", want, ": a volume holds one filesystem")
 		}
 		fs = want
 	}
@@ -132,7 +133,7 @@ func sameFs(want, have, what string) error {
 	if want == "" || have == "" || want == have {
 		return nil
 	}
-	return errorf(abi.InvalidArgument, "source ", what, " holds ", have, ", not the requested ", want)
+	return sdk.Error(abi.InvalidArgument, "source ", what, " holds ", have, ", not the requested ", want)
 }
 
 // sizeFor is the size of a new volume: the host's rounded request (or the
@@ -142,19 +143,19 @@ func (b *Backend) sizeFor(required, limit int64, fsType string) (int64, error) {
 	g := b.cfg.granularity
 	size := required
 	if size <= 0 {
-		size = roundUp(defaultSizeBytes, g)
+		size = sdk.RoundUp(defaultSizeBytes, g)
 	}
 	size = max(size, minSizeBytes)
 	if fsType != "" {
 		size = max(size, fsMinimum(fsType))
 	}
-	size = roundUp(size, g)
+	size = sdk.RoundUp(size, g)
 	if limit > 0 && size > limit {
 		if fsType != "" && fsMinimum(fsType) > limit {
-			return 0, errorf(abi.OutOfRange, fsType, " needs at least ", sizeString(roundUp(fsMinimum(fsType), g)),
+			return 0, sdk.Error(abi.OutOfRange, fsType, " needs at least ", sdk.FormatSize(sdk.RoundUp(fsMinimum(fsType), g)),
 				", above limit_bytes ", itoa(limit))
 		}
-		return 0, errorf(abi.OutOfRange, "no size in units of ", sizeString(g), " fits ", itoa(required), "..", itoa(limit))
+		return 0, sdk.Error(abi.OutOfRange, "no size in units of ", sdk.FormatSize(g), " fits ", itoa(required), "..", itoa(limit))
 	}
 	return size, nil
 }
@@ -166,11 +167,11 @@ func (b *Backend) sizeFor(required, limit int64, fsType string) (int64, error) {
 func (b *Backend) checkSparseBound(size int64) error {
 	fs, err := hostcall.FileStatfs(b.cfg.pool)
 	if err != nil {
-		return wrap(err, "statfs "+b.cfg.pool)
+		return sdk.Wrap(err, "statfs "+b.cfg.pool)
 	}
 	if size > fs.TotalBytes {
-		return errorf(abi.OutOfRange, "a volume of ", sizeString(size), " is larger than the pool's filesystem (",
-			sizeString(fs.TotalBytes), ")")
+		return sdk.Error(abi.OutOfRange, "a volume of ", sdk.FormatSize(size), " is larger than the pool's filesystem (",
+			sdk.FormatSize(fs.TotalBytes), ")")
 	}
 	return nil
 }
@@ -181,11 +182,11 @@ func (b *Backend) checkSparseBound(size int64) error {
 // attempt leaves nothing behind.
 func cloneTo(source, target string, size int64, prealloc bool) error {
 	if err := hostcall.FileClone(source, target); err != nil && abi.CodeOf(err) != abi.AlreadyExists {
-		return wrap(err, "clone "+source+" to "+target)
+		return sdk.Wrap(err, "clone "+source+" to "+target)
 	}
 	st, err := hostcall.FileStat(target)
 	if err != nil {
-		return wrap(err, "stat "+target)
+		return sdk.Wrap(err, "stat "+target)
 	}
 	if st.SizeBytes >= size {
 		return nil
@@ -194,7 +195,7 @@ func cloneTo(source, target string, size int64, prealloc bool) error {
 		if rmErr := hostcall.FileRemove(target); rmErr != nil {
 			hostcall.Logf(abi.LogWarn, "remove ", target, " after failed resize: ", rmErr.Error())
 		}
-		return wrap(err, "grow "+target+" to "+itoa(size))
+		return sdk.Wrap(err, "grow "+target+" to "+itoa(size))
 	}
 	return nil
 }
@@ -210,7 +211,7 @@ func (b *Backend) DeleteVolume(req *abi.DeleteVolumeRequest) error {
 		}
 		return err
 	}
-	return wrap(hostcall.FileRemove(path), "delete "+path)
+	return sdk.Wrap(hostcall.FileRemove(path), "delete "+path)
 }
 
 // ExpandVolume grows the volume's file; the node then makes its loop device
@@ -223,31 +224,31 @@ func (b *Backend) ExpandVolume(req *abi.ExpandVolumeRequest) (*abi.ExpandVolumeR
 	prealloc := req.Volume.Context[ctxPrealloc] == "true" || (req.Volume.Context[ctxPrealloc] == "" && b.cfg.prealloc)
 	size := req.RequiredBytes
 	if b.configured {
-		size = roundUp(size, b.cfg.granularity)
+		size = sdk.RoundUp(size, b.cfg.granularity)
 	}
-	size = roundUp(size, blockUnit)
+	size = sdk.RoundUp(size, blockUnit)
 	if req.LimitBytes > 0 && size > req.LimitBytes {
-		return nil, errorf(abi.OutOfRange, "no size in units of ", sizeString(b.cfg.granularity), " fits ", itoa(req.RequiredBytes), "..", itoa(req.LimitBytes))
+		return nil, sdk.Error(abi.OutOfRange, "no size in units of ", sdk.FormatSize(b.cfg.granularity), " fits ", itoa(req.RequiredBytes), "..", itoa(req.LimitBytes))
 	}
 	st, err := hostcall.FileStat(path)
 	if err != nil {
-		return nil, wrap(err, "stat "+path)
+		return nil, sdk.Wrap(err, "stat "+path)
 	}
 	if st.SizeBytes < size {
 		if !prealloc {
 			fs, err := hostcall.FileStatfs(dirOf(path))
 			if err != nil {
-				return nil, wrap(err, "statfs "+dirOf(path))
+				return nil, sdk.Wrap(err, "statfs "+dirOf(path))
 			}
 			if size > fs.TotalBytes {
-				return nil, errorf(abi.OutOfRange, "a volume of ", sizeString(size), " is larger than the pool's filesystem (", sizeString(fs.TotalBytes), ")")
+				return nil, sdk.Error(abi.OutOfRange, "a volume of ", sdk.FormatSize(size), " is larger than the pool's filesystem (", sdk.FormatSize(fs.TotalBytes), ")")
 			}
 		}
 		if err := hostcall.FileResize(&abi.FileResizeRequest{Path: path, SizeBytes: size, Prealloc: prealloc}); err != nil {
-			return nil, wrap(err, "grow "+path+" to "+itoa(size))
+			return nil, sdk.Wrap(err, "grow "+path+" to "+itoa(size))
 		}
 		if st, err = hostcall.FileStat(path); err != nil {
-			return nil, wrap(err, "stat "+path)
+			return nil, sdk.Wrap(err, "stat "+path)
 		}
 	}
 	return &abi.ExpandVolumeResponse{CapacityBytes: st.SizeBytes, NodeExpansionRequired: true}, nil
@@ -261,21 +262,21 @@ func (b *Backend) ExpandVolume(req *abi.ExpandVolumeRequest) (*abi.ExpandVolumeR
 func (b *Backend) CreateSnapshot(req *abi.CreateSnapshotRequest) (*abi.CreateSnapshotResponse, error) {
 	for k := range req.Parameters {
 		if !strings.HasPrefix(k, kubernetesPrefix) {
-			return nil, errorf(abi.InvalidArgument, "unknown snapshot parameter ", strconv.Quote(k), " (loopfile takes none)")
+			return nil, sdk.Error(abi.InvalidArgument, "unknown snapshot parameter ", strconv.Quote(k), " (loopfile takes none)")
 		}
 	}
 	source, err := b.volumePath(&req.Source)
 	if err != nil {
 		return nil, err
 	}
-	id := localIDFor(req.Name, "snap")
+	id := sdk.NameID(req.Name, "snap")
 	path := joinPath(dirOf(source), id+snapshotSuffix)
 	if err := hostcall.FileClone(source, path); err != nil && abi.CodeOf(err) != abi.AlreadyExists {
-		return nil, wrap(err, "snapshot "+source+" to "+path)
+		return nil, sdk.Wrap(err, "snapshot "+source+" to "+path)
 	}
 	st, err := hostcall.FileStat(path)
 	if err != nil {
-		return nil, wrap(err, "stat "+path)
+		return nil, sdk.Wrap(err, "stat "+path)
 	}
 	node := b.nodeOf(req.Source.Context)
 	ctx := map[string]string{ctxPath: path}
@@ -301,7 +302,7 @@ func (b *Backend) DeleteSnapshot(req *abi.DeleteSnapshotRequest) error {
 		}
 		return err
 	}
-	return wrap(hostcall.FileRemove(path), "delete snapshot "+path)
+	return sdk.Wrap(hostcall.FileRemove(path), "delete snapshot "+path)
 }
 
 // SnapshotData names the snapshot's file for the SnapshotMetadata service.
@@ -312,7 +313,7 @@ func (b *Backend) SnapshotData(req *abi.SnapshotDataRequest) (*abi.SnapshotDataR
 	}
 	st, err := hostcall.FileStat(path)
 	if err != nil {
-		return nil, wrap(err, "stat snapshot "+path)
+		return nil, sdk.Wrap(err, "stat snapshot "+path)
 	}
 	return &abi.SnapshotDataResponse{Path: path, SizeBytes: st.SizeBytes, BlockSize: snapshotBlockSize}, nil
 }
@@ -337,20 +338,20 @@ func (b *Backend) GetCapacity(req *abi.GetCapacityRequest) (*abi.GetCapacityResp
 		}
 	}
 	g := b.cfg.granularity
-	minSize := roundUp(minSizeBytes, g)
+	minSize := sdk.RoundUp(minSizeBytes, g)
 	if req.Capability != nil && !req.Capability.Block {
 		fs := req.Capability.FsType
 		if fs == "" {
 			fs = b.cfg.fsType
 		}
-		minSize = roundUp(fsMinimum(fs), g)
+		minSize = sdk.RoundUp(fsMinimum(fs), g)
 	}
 	fs, err := hostcall.FileStatfs(b.cfg.pool)
 	if err != nil {
-		return nil, wrap(err, "statfs "+b.cfg.pool)
+		return nil, sdk.Wrap(err, "statfs "+b.cfg.pool)
 	}
-	avail := roundDown(fs.AvailableBytes, g)
-	maxSize := roundDown(fs.TotalBytes, g)
+	avail := sdk.RoundDown(fs.AvailableBytes, g)
+	maxSize := sdk.RoundDown(fs.TotalBytes, g)
 	if prealloc {
 		maxSize = avail
 	}
@@ -375,10 +376,10 @@ func (b *Backend) VolumeHealth(req *abi.VolumeHealthRequest) (*abi.HealthRespons
 	case abi.CodeOf(err) == abi.NotFound:
 		return unhealthy(abi.HealthInaccessible, "VolumeFileMissing", "volume file "+path+" is missing"), nil
 	case err != nil:
-		return nil, wrap(err, "stat "+path)
+		return nil, sdk.Wrap(err, "stat "+path)
 	case req.Volume.CapacityBytes > 0 && st.SizeBytes < req.Volume.CapacityBytes:
-		return unhealthy(abi.HealthDataLoss, "VolumeFileTruncated", "volume file "+path+" has "+sizeString(st.SizeBytes)+
-			", the volume "+sizeString(req.Volume.CapacityBytes)), nil
+		return unhealthy(abi.HealthDataLoss, "VolumeFileTruncated", "volume file "+path+" has "+sdk.FormatSize(st.SizeBytes)+
+			", the volume "+sdk.FormatSize(req.Volume.CapacityBytes)), nil
 	}
 	return &abi.HealthResponse{}, nil
 }

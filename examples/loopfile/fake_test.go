@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/sdk"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
@@ -37,7 +38,7 @@ func newFakePool(t *testing.T, cfg map[string]string) (*fakePool, *Backend) {
 		host: &moduletest.FakeHost{}, root: "/pool",
 		files: map[string]int64{}, attached: map[string]string{}, readOnly: map[string]bool{},
 		directIO: map[string]bool{}, devSize: map[string]int64{},
-		total: 100 * gib, avail: 50 * gib,
+		total: 100 * sdk.GiB, avail: 50 * sdk.GiB,
 	}
 	p.install()
 	hostcall.SetHost(p.host.Native())

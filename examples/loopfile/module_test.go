@@ -15,6 +15,7 @@ import (
 	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
 	"github.com/wasmcsi/wasmcsi/modules"
+	"github.com/wasmcsi/wasmcsi/sdk"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
@@ -131,9 +132,9 @@ func TestModuleLifecycle(t *testing.T) {
 			ctx := context.Background()
 
 			vol := call[abi.CreateVolumeResponse](t, m, abi.OpCreateVolume, &abi.CreateVolumeRequest{
-				Name: "data", RequiredBytes: 16 * mib, Capabilities: []abi.Capability{blockCap}})
+				Name: "data", RequiredBytes: 16 * sdk.MiB, Capabilities: []abi.Capability{blockCap}})
 			path := vol.Context[ctxPath]
-			if filepath.Dir(path) != pool || vol.CapacityBytes != 16*mib || fileSize(t, path) != 16*mib {
+			if filepath.Dir(path) != pool || vol.CapacityBytes != 16*sdk.MiB || fileSize(t, path) != 16*sdk.MiB {
 				t.Fatalf("created %+v in pool %s", vol, pool)
 			}
 			ref := abi.VolumeRef{LocalID: vol.LocalID, Context: vol.Context, CapacityBytes: vol.CapacityBytes}
@@ -143,12 +144,12 @@ func TestModuleLifecycle(t *testing.T) {
 			st := call[abi.NodeStageResponse](t, m, abi.OpNodeStage, &abi.NodeStageRequest{
 				Volume: ref, StagingPath: "/unused", Capability: blockCap})
 			d, ok, err := loop.Find(ctx, path)
-			if err != nil || !ok || d.Path != st.Device || d.SizeBytes != 16*mib || d.ReadOnly {
+			if err != nil || !ok || d.Path != st.Device || d.SizeBytes != 16*sdk.MiB || d.ReadOnly {
 				t.Fatalf("after stage: device %+v found=%v err=%v, stage answered %s", d, ok, err, st.Device)
 			}
 			writeAt(t, st.Device, 0, pattern("a", 0))
-			writeAt(t, st.Device, 8*mib, pattern("a", 8*mib))
-			if got := readAt(t, path, 8*mib, 4096); !bytes.Equal(got, pattern("a", 8*mib)) {
+			writeAt(t, st.Device, 8*sdk.MiB, pattern("a", 8*sdk.MiB))
+			if got := readAt(t, path, 8*sdk.MiB, 4096); !bytes.Equal(got, pattern("a", 8*sdk.MiB)) {
 				t.Fatalf("file does not hold what was written to %s", st.Device)
 			}
 			if again := call[abi.NodeStageResponse](t, m, abi.OpNodeStage, &abi.NodeStageRequest{
@@ -166,39 +167,39 @@ func TestModuleLifecycle(t *testing.T) {
 
 			// Snapshot, restore (bigger) and clone hold the data.
 			sn := call[abi.CreateSnapshotResponse](t, m, abi.OpCreateSnapshot, &abi.CreateSnapshotRequest{Name: "snap", Source: ref})
-			if !sn.ReadyToUse || sn.SizeBytes != 16*mib || !strings.HasSuffix(sn.Context[ctxPath], ".snap") {
+			if !sn.ReadyToUse || sn.SizeBytes != 16*sdk.MiB || !strings.HasSuffix(sn.Context[ctxPath], ".snap") {
 				t.Fatalf("snapshot %+v", sn)
 			}
 			writeAt(t, st.Device, 0, pattern("b", 0)) // after the snapshot
 			snRef := abi.SnapshotRef{LocalID: sn.LocalID, Context: sn.Context, SizeBytes: sn.SizeBytes, Source: ref}
 			data := call[abi.SnapshotDataResponse](t, m, abi.OpSnapshotData, &abi.SnapshotDataRequest{Snapshot: snRef})
-			if data.Path != sn.Context[ctxPath] || data.SizeBytes != 16*mib {
+			if data.Path != sn.Context[ctxPath] || data.SizeBytes != 16*sdk.MiB {
 				t.Errorf("snapshot data %+v", data)
 			}
 			restored := call[abi.CreateVolumeResponse](t, m, abi.OpCreateVolume, &abi.CreateVolumeRequest{
-				Name: "restored", RequiredBytes: 32 * mib, Capabilities: []abi.Capability{blockCap},
+				Name: "restored", RequiredBytes: 32 * sdk.MiB, Capabilities: []abi.Capability{blockCap},
 				Source: &abi.VolumeSource{Snapshot: &snRef}})
 			rpath := restored.Context[ctxPath]
-			if restored.CapacityBytes != 32*mib || fileSize(t, rpath) != 32*mib {
+			if restored.CapacityBytes != 32*sdk.MiB || fileSize(t, rpath) != 32*sdk.MiB {
 				t.Errorf("restored %+v, file %d bytes", restored, fileSize(t, rpath))
 			}
-			if !bytes.Equal(readAt(t, rpath, 0, 4096), pattern("a", 0)) || !bytes.Equal(readAt(t, rpath, 8*mib, 4096), pattern("a", 8*mib)) {
+			if !bytes.Equal(readAt(t, rpath, 0, 4096), pattern("a", 0)) || !bytes.Equal(readAt(t, rpath, 8*sdk.MiB, 4096), pattern("a", 8*sdk.MiB)) {
 				t.Errorf("restored volume does not hold the snapshot's data")
 			}
 			clone := call[abi.CreateVolumeResponse](t, m, abi.OpCreateVolume, &abi.CreateVolumeRequest{
-				Name: "clone", RequiredBytes: 16 * mib, Capabilities: []abi.Capability{blockCap},
+				Name: "clone", RequiredBytes: 16 * sdk.MiB, Capabilities: []abi.Capability{blockCap},
 				Source: &abi.VolumeSource{Volume: &ref}})
 			if !bytes.Equal(readAt(t, clone.Context[ctxPath], 0, 4096), pattern("b", 0)) {
 				t.Errorf("clone does not hold the source's current data")
 			}
 
 			// Expand: the file on the controller, the device on the node.
-			exp := call[abi.ExpandVolumeResponse](t, m, abi.OpExpandVolume, &abi.ExpandVolumeRequest{Volume: ref, RequiredBytes: 48 * mib})
-			if exp.CapacityBytes != 48*mib || !exp.NodeExpansionRequired || fileSize(t, path) != 48*mib {
+			exp := call[abi.ExpandVolumeResponse](t, m, abi.OpExpandVolume, &abi.ExpandVolumeRequest{Volume: ref, RequiredBytes: 48 * sdk.MiB})
+			if exp.CapacityBytes != 48*sdk.MiB || !exp.NodeExpansionRequired || fileSize(t, path) != 48*sdk.MiB {
 				t.Errorf("expand: %+v, file %d bytes", exp, fileSize(t, path))
 			}
-			nexp := call[abi.NodeExpandResponse](t, m, abi.OpNodeExpand, &abi.NodeExpandRequest{Volume: ref, Device: st.Device, RequiredBytes: 48 * mib})
-			if d, _, _ := loop.Find(ctx, path); nexp.CapacityBytes != 48*mib || d.SizeBytes != 48*mib {
+			nexp := call[abi.NodeExpandResponse](t, m, abi.OpNodeExpand, &abi.NodeExpandRequest{Volume: ref, Device: st.Device, RequiredBytes: 48 * sdk.MiB})
+			if d, _, _ := loop.Find(ctx, path); nexp.CapacityBytes != 48*sdk.MiB || d.SizeBytes != 48*sdk.MiB {
 				t.Errorf("node expand answered %d, device shows %d", nexp.CapacityBytes, d.SizeBytes)
 			}
 
@@ -214,7 +215,7 @@ func TestModuleLifecycle(t *testing.T) {
 			}
 
 			capResp := call[abi.GetCapacityResponse](t, m, abi.OpGetCapacity, &abi.GetCapacityRequest{})
-			if capResp.AvailableBytes <= 0 || capResp.MaximumVolumeSize < capResp.AvailableBytes || capResp.AvailableBytes%(4*mib) != 0 {
+			if capResp.AvailableBytes <= 0 || capResp.MaximumVolumeSize < capResp.AvailableBytes || capResp.AvailableBytes%(4*sdk.MiB) != 0 {
 				t.Errorf("capacity %+v", capResp)
 			}
 
@@ -245,8 +246,8 @@ func TestModuleReadOnlyStage(t *testing.T) {
 		t.Run(string(tc), func(t *testing.T) {
 			m, _ := loadReal(t, tc, map[string]string{"fs_type": "xfs", "prealloc": "false"})
 			vol := call[abi.CreateVolumeResponse](t, m, abi.OpCreateVolume, &abi.CreateVolumeRequest{
-				Name: "ro", RequiredBytes: 16 * mib, Capabilities: []abi.Capability{{AccessMode: abi.AccessSingleNodeReadOnly}}})
-			if vol.CapacityBytes != 300*mib || vol.Context[ctxFsType] != "xfs" {
+				Name: "ro", RequiredBytes: 16 * sdk.MiB, Capabilities: []abi.Capability{{AccessMode: abi.AccessSingleNodeReadOnly}}})
+			if vol.CapacityBytes != 300*sdk.MiB || vol.Context[ctxFsType] != "xfs" {
 				t.Fatalf("xfs volume %+v", vol)
 			}
 			ref := abi.VolumeRef{LocalID: vol.LocalID, Context: vol.Context}

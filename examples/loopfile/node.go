@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/sdk"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 )
 
@@ -29,16 +30,16 @@ func (b *Backend) NodeStage(req *abi.NodeStageRequest) (*abi.NodeStageResponse, 
 		return nil, err
 	}
 	if n := req.Volume.Context[ctxNode]; n != "" && b.configured && n != b.cfg.nodeID {
-		return nil, errorf(abi.FailedPrecondition, "volume file ", path, " lives on node ", n, ", not on ", b.cfg.nodeID)
+		return nil, sdk.Error(abi.FailedPrecondition, "volume file ", path, " lives on node ", n, ", not on ", b.cfg.nodeID)
 	}
 	dev, err := hostcall.LoopAttach(&abi.LoopAttachRequest{
 		File: path, ReadOnly: readOnlyMode(req.Capability.AccessMode), DirectIO: b.cfg.directIO,
 	})
 	if err != nil {
-		return nil, wrap(err, "attach "+path)
+		return nil, sdk.Wrap(err, "attach "+path)
 	}
 	if dev.Deleted {
-		return nil, errorf(abi.FailedPrecondition, "loop device ", dev.Path, " backs a deleted file that was ", path)
+		return nil, sdk.Error(abi.FailedPrecondition, "loop device ", dev.Path, " backs a deleted file that was ", path)
 	}
 	return &abi.NodeStageResponse{Device: dev.Path, Context: map[string]string{stageDevice: dev.Path}}, nil
 }
@@ -54,12 +55,12 @@ func (b *Backend) NodeUnstage(req *abi.NodeUnstageRequest) error {
 	}
 	found, err := hostcall.LoopFind(path)
 	if err != nil {
-		return wrap(err, "find the loop device of "+path)
+		return sdk.Wrap(err, "find the loop device of "+path)
 	}
 	if !found.Found {
 		return nil
 	}
-	return wrap(hostcall.LoopDetach(found.Device.Path), "detach "+found.Device.Path+" from "+path)
+	return sdk.Wrap(hostcall.LoopDetach(found.Device.Path), "detach "+found.Device.Path+" from "+path)
 }
 
 // NodeExpand makes the loop device pick up its file's new size.
@@ -70,17 +71,17 @@ func (b *Backend) NodeExpand(req *abi.NodeExpandRequest) (*abi.NodeExpandRespons
 	}
 	found, err := hostcall.LoopFind(path)
 	if err != nil {
-		return nil, wrap(err, "find the loop device of "+path)
+		return nil, sdk.Wrap(err, "find the loop device of "+path)
 	}
 	if !found.Found {
-		return nil, errorf(abi.NotFound, "volume file ", path, " is not attached on this node")
+		return nil, sdk.Error(abi.NotFound, "volume file ", path, " is not attached on this node")
 	}
 	size, err := hostcall.LoopResize(found.Device.Path)
 	if err != nil {
-		return nil, wrap(err, "resize "+found.Device.Path)
+		return nil, sdk.Wrap(err, "resize "+found.Device.Path)
 	}
 	if size < req.RequiredBytes {
-		return nil, errorf(abi.FailedPrecondition, "volume file ", path, " has ", sizeString(size), ", below the ",
+		return nil, sdk.Error(abi.FailedPrecondition, "volume file ", path, " has ", sdk.FormatSize(size), ", below the ",
 			itoa(req.RequiredBytes), " asked: expand the volume on the controller first")
 	}
 	return &abi.NodeExpandResponse{CapacityBytes: size}, nil
@@ -91,7 +92,7 @@ func (b *Backend) NodeExpand(req *abi.NodeExpandRequest) (*abi.NodeExpandRespons
 func nodeHealth(path, staged string) (*abi.HealthResponse, error) {
 	found, err := hostcall.LoopFind(path)
 	if err != nil {
-		return nil, wrap(err, "find the loop device of "+path)
+		return nil, sdk.Wrap(err, "find the loop device of "+path)
 	}
 	switch {
 	case !found.Found:
