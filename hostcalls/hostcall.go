@@ -102,3 +102,29 @@ func Confine(roots []string, path string, allowRoot bool) (string, error) {
 }
 
 func quote(s string) string { return "\"" + s + "\"" }
+
+// PoolPath confines path to the caller's roots and splits it into its pool
+// folder, which must itself be a granted root (volumes live directly in a
+// pool), and its last element. what names the thing for the error ("file",
+// "directory"). The caller still validates the name and opens the pool.
+func PoolPath(env *Env, path, what string) (root, name string, err error) {
+	clean, err := Confine(env.Roots, path, false)
+	if err != nil {
+		return "", "", err
+	}
+	root, name = filepath.Dir(clean), filepath.Base(clean)
+	if !IsRoot(env, root) {
+		return "", "", abi.Errorf(abi.InvalidArgument, what+" "+quote(path)+" is not directly in a granted pool folder")
+	}
+	return root, name, nil
+}
+
+// IsRoot reports whether the clean path dir is one of the caller's roots.
+func IsRoot(env *Env, dir string) bool {
+	for _, r := range env.Roots {
+		if filepath.Clean(r) == dir {
+			return true
+		}
+	}
+	return false
+}

@@ -3,8 +3,6 @@ package dirpool
 import (
 	"context"
 	"fmt"
-	"path/filepath"
-	"strconv"
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
@@ -73,7 +71,7 @@ func statfsCall(ctx context.Context, env *hostcalls.Env, req *abi.DirRequest) (*
 		return nil, fmt.Errorf("statfs %s: %w", req.Path, err)
 	}
 	var s Stats
-	if isRoot(env, clean) {
+	if hostcalls.IsRoot(env, clean) {
 		p, err := Open(clean)
 		if err != nil {
 			return nil, err
@@ -119,7 +117,7 @@ func quotaSupportedCall(ctx context.Context, env *hostcalls.Env, req *abi.DirReq
 	if err != nil {
 		return nil, fmt.Errorf("quota support of %s: %w", req.Path, err)
 	}
-	if !isRoot(env, root) {
+	if !hostcalls.IsRoot(env, root) {
 		return nil, fmt.Errorf("quota support of %s: %w", req.Path, abi.Errorf(abi.InvalidArgument, "not a granted pool folder"))
 	}
 	p, err := Open(root)
@@ -155,29 +153,13 @@ func withDir[R any](env *hostcalls.Env, path string, fn func(p *Pool, name strin
 	return resp, nil
 }
 
-// split confines path to the caller's roots and splits it into the pool
-// folder, which must be a granted root, and the directory name.
+// split confines path to a granted pool folder and checks the directory's name.
 func split(env *hostcalls.Env, path string) (root, name string, err error) {
-	clean, err := hostcalls.Confine(env.Roots, path, false)
-	if err != nil {
+	if root, name, err = hostcalls.PoolPath(env, path, "directory"); err != nil {
 		return "", "", err
-	}
-	root, name = filepath.Dir(clean), filepath.Base(clean)
-	if !isRoot(env, root) {
-		return "", "", abi.Errorf(abi.InvalidArgument, "directory "+strconv.Quote(path)+
-			" is not directly in a granted pool folder")
 	}
 	if err := ValidName(name); err != nil {
 		return "", "", err
 	}
 	return root, name, nil
-}
-
-func isRoot(env *hostcalls.Env, dir string) bool {
-	for _, r := range env.Roots {
-		if filepath.Clean(r) == dir {
-			return true
-		}
-	}
-	return false
 }

@@ -3,8 +3,6 @@ package filepool
 import (
 	"context"
 	"fmt"
-	"path/filepath"
-	"strconv"
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
@@ -102,7 +100,7 @@ func statfsCall(ctx context.Context, env *hostcalls.Env, req *abi.FileRequest) (
 	if err != nil {
 		return nil, fmt.Errorf("statfs %s: %w", req.Path, err)
 	}
-	if !isRoot(env, root) {
+	if !hostcalls.IsRoot(env, root) {
 		return nil, fmt.Errorf("statfs %s: %w", req.Path, abi.Errorf(abi.InvalidArgument, "not a granted pool folder"))
 	}
 	p, err := Open(root)
@@ -138,29 +136,13 @@ func withFile[R any](env *hostcalls.Env, path string, fn func(p *Pool, name stri
 	return resp, nil
 }
 
-// split confines path to the caller's roots and splits it into the pool
-// folder, which must be a granted root, and the file name.
+// split confines path to a granted pool folder and checks the file's name.
 func split(env *hostcalls.Env, path string) (root, name string, err error) {
-	clean, err := hostcalls.Confine(env.Roots, path, false)
-	if err != nil {
+	if root, name, err = hostcalls.PoolPath(env, path, "file"); err != nil {
 		return "", "", err
-	}
-	root, name = filepath.Dir(clean), filepath.Base(clean)
-	if !isRoot(env, root) {
-		return "", "", abi.Errorf(abi.InvalidArgument, "file "+strconv.Quote(path)+
-			" is not directly in a granted pool folder")
 	}
 	if err := checkName(name); err != nil {
 		return "", "", err
 	}
 	return root, name, nil
-}
-
-func isRoot(env *hostcalls.Env, dir string) bool {
-	for _, r := range env.Roots {
-		if filepath.Clean(r) == dir {
-			return true
-		}
-	}
-	return false
 }
