@@ -36,8 +36,7 @@ type fakeSAN struct {
 	// sessions: "portal|target" -> LUNs logged in.
 	sessions map[string][]int32
 	// logins counts session logins (a new session each).
-	logins  int
-	devices int
+	logins int
 }
 
 type fakeLUN struct {
