@@ -530,8 +530,8 @@ func TestExpandAndNodeStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if th := f.thin(id); th.size != 128*mib {
-		t.Errorf("active thin %d bytes after expand", th.size)
+	if th := f.thin(id); th.size != 128*mib || resp.CapacityBytes != 128*mib {
+		t.Errorf("active thin %d bytes after expand, answered %d", th.size, resp.CapacityBytes)
 	}
 	ne, err := b.NodeExpand(&abi.NodeExpandRequest{Volume: stage.Volume, Device: st.Device, RequiredBytes: 128 * mib})
 	if err != nil || ne.CapacityBytes != 128*mib {
