@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/sdk"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 )
 
@@ -22,9 +23,9 @@ const TopologyKey = "topology.wasmcsi.dev/node"
 
 // Size units.
 const (
-	kib = int64(1) << 10
-	mib = int64(1) << 20
-	gib = int64(1) << 30
+	kib = sdk.KiB
+	mib = sdk.MiB
+	gib = sdk.GiB
 )
 
 const (
@@ -104,7 +105,10 @@ func (b *Backend) Configure(req *abi.ConfigureRequest) error {
 	}
 	resp, err := openPool(c, data, meta)
 	if err != nil {
-		return errorf(abi.CodeOf(err), "open thin pool ", c.pool, " (data ", data, ", metadata ", meta, "): ", message(err))
+		return wrap(err, "open thin pool ", c.pool, " (data ", data, ", metadata ", meta, ")")
+	}
+	if resp.BlockSectors == 0 {
+		return errorf(abi.Internal, "open thin pool ", c.pool, ": the host reports no block size")
 	}
 	b.cfg, b.blockBytes, b.configured = c, int64(resp.BlockSectors)*sectorSize, true
 	// Configure runs again on every new instance; a new pool is news.
@@ -147,7 +151,7 @@ func parseConfig(req *abi.ConfigureRequest) (config, error) {
 		case configMeta:
 			c.meta = v
 		case configBlockSize:
-			n, ok := parseSize(v)
+			n, ok := sdk.ParseSize(v)
 			if !ok || n < minBlockBytes || n > maxBlockBytes || n%minBlockBytes != 0 {
 				return c, errorf(abi.InvalidArgument, "config ", configBlockSize, " = ", strconv.Quote(v),
 					": want a multiple of 64Ki from 64Ki to 1Gi (e.g. 64Ki, 1Mi)")
@@ -210,7 +214,7 @@ func attachDevice(path, key string) (string, error) {
 	}
 	d, err := hostcall.LoopAttach(&abi.LoopAttachRequest{File: path, DirectIO: true})
 	if err != nil {
-		return "", errorf(abi.CodeOf(err), "config ", key, ": attach ", path, " as a loop device: ", message(err))
+		return "", wrap(err, "config ", key, ": attach ", path, " as a loop device")
 	}
 	return d.Path, nil
 }
@@ -252,8 +256,8 @@ func (b *Backend) Info() abi.BackendInfo {
 		FsTypes:          append([]string(nil), fsTypes...),
 		DefaultFsType:    b.cfg.fsType,
 		Granularity:      g,
-		MinSizeBytes:     roundUp(minVolumeBytes, g),
-		DefaultSizeBytes: roundUp(defaultSizeBytes, g),
+		MinSizeBytes:     sdk.RoundUp(minVolumeBytes, g),
+		DefaultSizeBytes: sdk.RoundUp(defaultSizeBytes, g),
 		TopologyKeys:     []string{TopologyKey},
 		Clone:            true,
 		Restore:          true,
@@ -279,16 +283,14 @@ func isFsType(s string) bool {
 	return false
 }
 
-// cleanRoot checks that a granted root is an absolute folder path and drops
-// trailing slashes.
+// cleanRoot checks the state folder: a clean absolute folder path other
+// than "/", without trailing slashes.
 func cleanRoot(root string) (string, error) {
-	for len(root) > 1 && strings.HasSuffix(root, "/") {
-		root = root[:len(root)-1]
+	root, err := sdk.PoolRoot(root)
+	if err == nil && cleanPath(root) != root {
+		err = errorf(abi.InvalidArgument, "state folder ", strconv.Quote(root), " is not a clean path")
 	}
-	if root == "/" || cleanPath(root) != root {
-		return "", errorf(abi.InvalidArgument, "state folder ", strconv.Quote(root), " must be a clean absolute path other than /")
-	}
-	return root, nil
+	return root, err
 }
 
 // cleanPath reports the path with empty, "." and ".." elements resolved
@@ -309,42 +311,12 @@ func cleanPath(p string) string {
 	return "/" + strings.Join(out, "/")
 }
 
-// parseSize reads a byte count: a plain number of bytes, or a number with a
-// binary suffix (Ki, Mi, Gi, optionally followed by B).
-func parseSize(s string) (int64, bool) {
-	s = strings.TrimSpace(s)
-	unit := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", kib}, {"MiB", mib}, {"GiB", gib}, {"Ki", kib}, {"Mi", mib}, {"Gi", gib}} {
-		if strings.HasSuffix(s, u.suffix) {
-			s, unit = strings.TrimSuffix(s, u.suffix), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/unit {
-		return 0, false
-	}
-	return n * unit, true
-}
+// errorf builds an error with a code from parts, without fmt.
+func errorf(code abi.Code, parts ...string) error { return sdk.Error(code, parts...) }
 
-// roundUp rounds n up to a multiple of unit (unit > 0).
-func roundUp(n, unit int64) int64 {
-	if unit <= 1 {
-		return n
-	}
-	return (n + unit - 1) / unit * unit
-}
-
-// errorf builds an *abi.Error from parts, without fmt.
-func errorf(code abi.Code, parts ...string) error {
-	if code == abi.OK || !code.Valid() || code == abi.Unknown {
-		code = abi.Internal
-	}
-	return abi.Errorf(code, strings.Join(parts, ""))
-}
+// wrap adds what the module was doing to a host call's error and keeps its
+// code.
+func wrap(err error, what ...string) error { return sdk.Wrap(err, strings.Join(what, "")) }
 
 // message is an error's text without its code prefix.
 func message(err error) string {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/sdk"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 )
 
@@ -120,7 +121,7 @@ func (b *Backend) volumeSize(req *abi.CreateVolumeRequest, sourceSize int64) (in
 		}
 		size = max(size, fsMinimum(fs))
 	}
-	size = roundUp(size, b.blockBytes)
+	size = sdk.RoundUp(size, b.blockBytes)
 	if req.LimitBytes > 0 && size > req.LimitBytes {
 		return 0, errorf(abi.OutOfRange, "volume needs ", i64(size), " bytes (source, filesystem minimum and block size of ",
 			i64(b.blockBytes), "), above the limit of ", i64(req.LimitBytes))
@@ -153,7 +154,7 @@ func (b *Backend) admit(id uint32) error {
 func (b *Backend) createThin(id uint32, size int64) error {
 	_, err := hostcall.DmThinCreate(&abi.DmThinRequest{Pool: b.cfg.pool, ID: id, SizeBytes: size})
 	if err != nil && abi.CodeOf(err) != abi.AlreadyExists {
-		return errorf(abi.CodeOf(err), "create thin ", u64(uint64(id)), " of ", i64(size), " bytes in pool ", b.cfg.pool, ": ", message(err))
+		return wrap(err, "create thin ", u64(uint64(id)), " of ", i64(size), " bytes in pool ", b.cfg.pool)
 	}
 	if err := hostcall.DmThinDeactivate(&abi.DmThinRequest{Pool: b.cfg.pool, ID: id}); err != nil {
 		// Harmless: the device stays active until its volume is staged,
@@ -168,7 +169,7 @@ func (b *Backend) createThin(id uint32, size int64) error {
 func (b *Backend) snapshotThin(origin, id uint32) error {
 	err := hostcall.DmThinSnapshot(&abi.DmThinSnapshotRequest{Pool: b.cfg.pool, OriginID: origin, SnapshotID: id})
 	if err != nil && abi.CodeOf(err) != abi.AlreadyExists {
-		return errorf(abi.CodeOf(err), "snapshot thin ", u64(uint64(origin)), " as ", u64(uint64(id)), " in pool ", b.cfg.pool, ": ", message(err))
+		return wrap(err, "snapshot thin ", u64(uint64(origin)), " as ", u64(uint64(id)), " in pool ", b.cfg.pool)
 	}
 	return nil
 }
@@ -202,7 +203,7 @@ func (b *Backend) deleteThin(kind byte, local string, ctx map[string]string, wha
 	}
 	err := hostcall.DmThinDelete(&abi.DmThinRequest{Pool: b.cfg.pool, ID: id})
 	if err != nil && abi.CodeOf(err) != abi.NotFound {
-		return errorf(abi.CodeOf(err), "delete ", what, " ", local, " (thin ", u64(uint64(id)), " of pool ", b.cfg.pool, "): ", message(err))
+		return wrap(err, "delete ", what, " ", local, " (thin ", u64(uint64(id)), " of pool ", b.cfg.pool, ")")
 	}
 	return b.dropRecords(id)
 }
@@ -222,7 +223,7 @@ func (b *Backend) ExpandVolume(req *abi.ExpandVolumeRequest) (*abi.ExpandVolumeR
 	if err := b.inPool(v.Context, "volume", v.LocalID); err != nil {
 		return nil, err
 	}
-	size := roundUp(req.RequiredBytes, b.blockBytes)
+	size := sdk.RoundUp(req.RequiredBytes, b.blockBytes)
 	if req.LimitBytes > 0 && size > req.LimitBytes {
 		return nil, errorf(abi.OutOfRange, "expansion to ", i64(req.RequiredBytes), " bytes rounds up to ", i64(size), ", above the limit of ", i64(req.LimitBytes))
 	}
@@ -234,7 +235,7 @@ func (b *Backend) ExpandVolume(req *abi.ExpandVolumeRequest) (*abi.ExpandVolumeR
 		return nil, err
 	}
 	if err := hostcall.DmThinResize(&abi.DmThinRequest{Pool: b.cfg.pool, ID: id, SizeBytes: size}); err != nil {
-		return nil, errorf(abi.CodeOf(err), "resize thin ", u64(uint64(id)), " to ", i64(size), " bytes: ", message(err))
+		return nil, wrap(err, "resize thin ", u64(uint64(id)), " to ", i64(size), " bytes")
 	}
 	ctx := map[string]string{}
 	for k, val := range v.Context {
@@ -317,7 +318,7 @@ func (b *Backend) GetCapacity(req *abi.GetCapacityRequest) (*abi.GetCapacityResp
 func (b *Backend) status() (*abi.DmPoolStatus, error) {
 	st, err := hostcall.DmPoolStatus(&abi.DmPoolRequest{Pool: b.cfg.pool})
 	if err != nil {
-		return nil, errorf(abi.CodeOf(err), "status of thin pool ", b.cfg.pool, ": ", message(err))
+		return nil, wrap(err, "status of thin pool ", b.cfg.pool)
 	}
 	return st, nil
 }

@@ -32,7 +32,7 @@ func (b *Backend) NodeStage(req *abi.NodeStageRequest) (*abi.NodeStageResponse, 
 		resp, err = hostcall.DmThinActivate(thin)
 	}
 	if err != nil {
-		return nil, errorf(abi.CodeOf(err), "activate volume ", req.Volume.LocalID, " (thin ", u64(uint64(id)), " of pool ", b.cfg.pool, ", ", i64(size), " bytes): ", message(err))
+		return nil, wrap(err, "activate volume ", req.Volume.LocalID, " (thin ", u64(uint64(id)), " of pool ", b.cfg.pool, ", ", i64(size), " bytes)")
 	}
 	return &abi.NodeStageResponse{Device: resp.Path}, nil
 }
@@ -51,7 +51,7 @@ func (b *Backend) NodeUnstage(req *abi.NodeUnstageRequest) error {
 		return err
 	}
 	if err := hostcall.DmThinDeactivate(&abi.DmThinRequest{Pool: b.cfg.pool, ID: id}); err != nil {
-		return errorf(abi.CodeOf(err), "deactivate volume ", req.Volume.LocalID, ": ", message(err))
+		return wrap(err, "deactivate volume ", req.Volume.LocalID)
 	}
 	return nil
 }
@@ -69,7 +69,7 @@ func (b *Backend) NodeExpand(req *abi.NodeExpandRequest) (*abi.NodeExpandRespons
 			i64(req.RequiredBytes), " with ControllerExpandVolume first")
 	}
 	if err := hostcall.DmThinResize(&abi.DmThinRequest{Pool: b.cfg.pool, ID: id, SizeBytes: size}); err != nil {
-		return nil, errorf(abi.CodeOf(err), "resize volume ", req.Volume.LocalID, " to ", i64(size), " bytes: ", message(err))
+		return nil, wrap(err, "resize volume ", req.Volume.LocalID, " to ", i64(size), " bytes")
 	}
 	return &abi.NodeExpandResponse{CapacityBytes: size}, nil
 }

@@ -97,7 +97,7 @@ func (b *Backend) claim(o owner) (uint32, error) {
 		case abi.AlreadyExists:
 			// Another owner's id (or something else under that name).
 		default:
-			return 0, errorf(abi.CodeOf(err), "claim thin id ", u64(uint64(id)), ": ", message(err))
+			return 0, wrap(err, "claim thin id ", u64(uint64(id)))
 		}
 	}
 	return 0, errorf(abi.ResourceExhausted, "no free thin id among ", strconv.Itoa(maxProbes), " candidates in pool ", b.cfg.pool)
@@ -113,7 +113,7 @@ func (b *Backend) recordSize(id uint32, size int64, what string) error {
 		}
 	}
 	if err != nil {
-		return errorf(abi.CodeOf(err), "record size of thin ", u64(uint64(id)), ": ", message(err))
+		return wrap(err, "record size of thin ", u64(uint64(id)))
 	}
 	return nil
 }
@@ -138,7 +138,7 @@ func (b *Backend) growRecord(id uint32, size int64) error {
 		err = hostcall.FileResize(&abi.FileResizeRequest{Path: b.sizePath(id), SizeBytes: size})
 	}
 	if err != nil {
-		return errorf(abi.CodeOf(err), "record size of thin ", u64(uint64(id)), ": ", message(err))
+		return wrap(err, "record size of thin ", u64(uint64(id)))
 	}
 	return nil
 }
@@ -148,7 +148,7 @@ func (b *Backend) growRecord(id uint32, size int64) error {
 func (b *Backend) dropRecords(id uint32) error {
 	for _, p := range []string{b.sizePath(id), b.claimPath(id)} {
 		if err := hostcall.FileRemove(p); err != nil {
-			return errorf(abi.CodeOf(err), "remove record ", p, ": ", message(err))
+			return wrap(err, "remove record ", p)
 		}
 	}
 	return nil
