@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/sdk"
 )
 
 // Module config keys (the operator's `config:` of this module).
@@ -47,9 +48,9 @@ const NodeContextInitiator = "iscsi_initiator"
 
 // Sizes the module offers.
 const (
-	minSizeBytes     = 1 * mib
-	defaultSizeBytes = 1 * gib
-	granularity      = 1 * mib // LIO counts in 512-byte blocks, filesystems in 4 KiB: 1 MiB suits both
+	minSizeBytes     = 1 * sdk.MiB
+	defaultSizeBytes = 1 * sdk.GiB
+	granularity      = 1 * sdk.MiB // LIO counts in 512-byte blocks, filesystems in 4 KiB: 1 MiB suits both
 )
 
 // maxLUN is the highest LUN of the shared target: one volume per LUN, so a
@@ -66,9 +67,9 @@ var fsTypes = []string{"ext4", "xfs", "btrfs"}
 func fsMinimum(fs string) int64 {
 	switch fs {
 	case "xfs":
-		return 300 * mib
+		return 300 * sdk.MiB
 	case "btrfs":
-		return 109 * mib
+		return 109 * sdk.MiB
 	}
 	return minSizeBytes
 }
@@ -114,68 +115,68 @@ func (b *Backend) Configure(req *abi.ConfigureRequest) error {
 		case configPortal:
 			p, ok := canonicalPortal(v)
 			if !ok {
-				return errorf(abi.InvalidArgument, "config ", configPortal, " = ", strconv.Quote(v), ": want ip:port, e.g. 192.0.2.5:3260 or [fd00::5]:3260")
+				return sdk.Error(abi.InvalidArgument, "config ", configPortal, " = ", strconv.Quote(v), ": want ip:port, e.g. 192.0.2.5:3260 or [fd00::5]:3260")
 			}
 			if !grantedPortal(req.Roots, p) {
-				return errorf(abi.InvalidArgument, "config ", configPortal, " = ", p, " is not a granted root: grant it exactly as ip:port")
+				return sdk.Error(abi.InvalidArgument, "config ", configPortal, " = ", p, " is not a granted root: grant it exactly as ip:port")
 			}
 			c.portal = p
 		case configListen:
 			for _, s := range strings.Split(v, ",") {
 				p, ok := canonicalPortal(strings.TrimSpace(s))
 				if !ok {
-					return errorf(abi.InvalidArgument, "config ", configListen, " = ", strconv.Quote(v), ": want comma-separated ip:port portals, e.g. 0.0.0.0:3260")
+					return sdk.Error(abi.InvalidArgument, "config ", configListen, " = ", strconv.Quote(v), ": want comma-separated ip:port portals, e.g. 0.0.0.0:3260")
 				}
 				if !grantedPortal(req.Roots, p) {
-					return errorf(abi.InvalidArgument, "config ", configListen, ": portal ", p, " is not a granted root")
+					return sdk.Error(abi.InvalidArgument, "config ", configListen, ": portal ", p, " is not a granted root")
 				}
 				c.listen = append(c.listen, p)
 			}
 		case configTargetIQN:
 			if why := checkIQN(v); why != "" {
-				return errorf(abi.InvalidArgument, "config ", configTargetIQN, " = ", strconv.Quote(v), ": ", why)
+				return sdk.Error(abi.InvalidArgument, "config ", configTargetIQN, " = ", strconv.Quote(v), ": ", why)
 			}
 			if !grantedTarget(req.Roots, v) {
-				return errorf(abi.InvalidArgument, "config ", configTargetIQN, " = ", v, " does not extend a granted IQN prefix root")
+				return sdk.Error(abi.InvalidArgument, "config ", configTargetIQN, " = ", v, " does not extend a granted IQN prefix root")
 			}
 			c.target = v
 		case configPool:
-			pool, err := cleanRoot(v)
+			pool, err := sdk.PoolRoot(v)
 			if err != nil {
 				return err
 			}
 			if !hasRoot(req.Roots, pool) {
-				return errorf(abi.InvalidArgument, "config ", configPool, " = ", pool, " is not a granted root: volume files live directly in a granted folder")
+				return sdk.Error(abi.InvalidArgument, "config ", configPool, " = ", pool, " is not a granted root: volume files live directly in a granted folder")
 			}
 			c.pool = pool
 		case configChapUser, configChapSecret:
 			// Checked together below.
 		case configFsType:
 			if !isFsType(v) {
-				return errorf(abi.InvalidArgument, "config ", configFsType, " = ", strconv.Quote(v), ": want one of ", strings.Join(fsTypes, ", "))
+				return sdk.Error(abi.InvalidArgument, "config ", configFsType, " = ", strconv.Quote(v), ": want one of ", strings.Join(fsTypes, ", "))
 			}
 			c.fsType = v
 		default:
-			return errorf(abi.InvalidArgument, "unknown config key ", strconv.Quote(k), " (known: ", strings.Join(configKeys, ", "), ")")
+			return sdk.Error(abi.InvalidArgument, "unknown config key ", strconv.Quote(k), " (known: ", strings.Join(configKeys, ", "), ")")
 		}
 	}
 	user, secret := req.Config[configChapUser], req.Config[configChapSecret]
 	switch {
 	case user == "" && secret == "":
 	case user == "" || secret == "":
-		return errorf(abi.InvalidArgument, "config ", configChapUser, " and ", configChapSecret, " go together")
+		return sdk.Error(abi.InvalidArgument, "config ", configChapUser, " and ", configChapSecret, " go together")
 	case len(user) > 255 || !printableNoSpace(user):
-		return errorf(abi.InvalidArgument, "config ", configChapUser, ": want 1-255 printable ASCII characters without spaces")
+		return sdk.Error(abi.InvalidArgument, "config ", configChapUser, ": want 1-255 printable ASCII characters without spaces")
 	case len(secret) < 12 || len(secret) > 255 || !printableNoSpace(secret):
 		// Never quote the secret.
-		return errorf(abi.InvalidArgument, "config ", configChapSecret, ": want 12-255 printable ASCII characters without spaces")
+		return sdk.Error(abi.InvalidArgument, "config ", configChapSecret, ": want 12-255 printable ASCII characters without spaces")
 	default:
 		c.chap = &chap{user: user, secret: secret}
 	}
 	if c.pool == "" {
 		for _, r := range req.Roots {
 			if strings.HasPrefix(r, "/") {
-				pool, err := cleanRoot(r)
+				pool, err := sdk.PoolRoot(r)
 				if err != nil {
 					return err
 				}
@@ -190,11 +191,11 @@ func (b *Backend) Configure(req *abi.ConfigureRequest) error {
 	if req.Role != "node" {
 		switch {
 		case c.portal == "":
-			return errorf(abi.InvalidArgument, "config ", configPortal, " is required: the portal nodes log in to (a granted root, e.g. 192.0.2.5:3260)")
+			return sdk.Error(abi.InvalidArgument, "config ", configPortal, " is required: the portal nodes log in to (a granted root, e.g. 192.0.2.5:3260)")
 		case c.target == "":
-			return errorf(abi.InvalidArgument, "config ", configTargetIQN, " is required: the target every volume is a LUN of")
+			return sdk.Error(abi.InvalidArgument, "config ", configTargetIQN, " is required: the target every volume is a LUN of")
 		case c.pool == "":
-			return errorf(abi.InvalidArgument, "iscsi needs a granted folder root for its volume files (config ", configPool, ")")
+			return sdk.Error(abi.InvalidArgument, "iscsi needs a granted folder root for its volume files (config ", configPool, ")")
 		}
 	}
 	b.cfg, b.configured = c, true
@@ -230,7 +231,7 @@ func (b *Backend) Info() abi.BackendInfo {
 // ready fails operations on an instance the host never configured.
 func (b *Backend) ready() error {
 	if !b.configured {
-		return errorf(abi.Unavailable, "iscsi instance is not configured: the host did not call configure on it")
+		return sdk.Error(abi.Unavailable, "iscsi instance is not configured: the host did not call configure on it")
 	}
 	return nil
 }
@@ -241,7 +242,7 @@ func (b *Backend) controller() error {
 		return err
 	}
 	if b.cfg.target == "" || b.cfg.pool == "" {
-		return errorf(abi.FailedPrecondition, "this iscsi module is configured as a node: it serves no target")
+		return sdk.Error(abi.FailedPrecondition, "this iscsi module is configured as a node: it serves no target")
 	}
 	return nil
 }
@@ -260,7 +261,7 @@ func isFsType(s string) bool {
 func checkParameters(params map[string]string) error {
 	for k := range params {
 		if !strings.HasPrefix(k, kubernetesPrefix) {
-			return errorf(abi.InvalidArgument, "unknown parameter ", strconv.Quote(k), " (iscsi takes none)")
+			return sdk.Error(abi.InvalidArgument, "unknown parameter ", strconv.Quote(k), " (iscsi takes none)")
 		}
 	}
 	return nil

@@ -136,9 +136,9 @@ func TestInfo(t *testing.T) {
 func TestNames(t *testing.T) {
 	seen := map[string]string{}
 	for _, name := range []string{"pvc-1", "PVC_1", "", "日本語", strings.Repeat("x", 300), "sanity-" + strings.Repeat("9", 60)} {
-		id := nameIDFor(name, "vol")
-		if !validNameID(id) {
-			t.Errorf("nameIDFor(%q) = %q: not valid", name, id)
+		id := sdk.NameID(name, "vol")
+		if !sdk.ValidNameID(id) {
+			t.Errorf("sdk.NameID(%q) = %q: not valid", name, id)
 		}
 		if other, dup := seen[id]; dup {
 			t.Errorf("%q and %q share name ID %q", other, name, id)
@@ -215,10 +215,10 @@ func ref(r *abi.CreateVolumeResponse) abi.VolumeRef {
 func TestCreateVolume(t *testing.T) {
 	s, b := newFakeSAN(t, nil)
 	since := s.mark()
-	v := createVolume(t, b, "pvc-1", 64*mib)
-	nameID := nameIDFor("pvc-1", "vol")
+	v := createVolume(t, b, "pvc-1", 64*sdk.MiB)
+	nameID := sdk.NameID("pvc-1", "vol")
 	first := lunOrder(nameID)[0]
-	if v.LocalID != volumeID(nameID, first) || v.CapacityBytes != 64*mib {
+	if v.LocalID != volumeID(nameID, first) || v.CapacityBytes != 64*sdk.MiB {
 		t.Fatalf("volume %+v, want ID %s of 64 MiB", v, volumeID(nameID, first))
 	}
 	path := "/pool/" + v.LocalID + ".img"
@@ -226,7 +226,7 @@ func TestCreateVolume(t *testing.T) {
 	if !mapsEqual(v.Context, want) {
 		t.Errorf("context %v, want %v", v.Context, want)
 	}
-	if lun := s.luns[testTarget][int32(first)]; lun == nil || lun.path != path || lun.size != 64*mib {
+	if lun := s.luns[testTarget][int32(first)]; lun == nil || lun.path != path || lun.size != 64*sdk.MiB {
 		t.Fatalf("LUN %d: %+v", first, lun)
 	}
 	if len(s.acls[testTarget]) != 0 {
@@ -238,7 +238,7 @@ func TestCreateVolume(t *testing.T) {
 
 	// A repeat finds the file of the first call and makes nothing new.
 	since = s.mark()
-	again := createVolume(t, b, "pvc-1", 64*mib)
+	again := createVolume(t, b, "pvc-1", 64*sdk.MiB)
 	if again.LocalID != v.LocalID || strings.Contains(since(), "file_create") || len(s.files) != 1 {
 		t.Fatalf("repeat: %+v, calls %s, files %v", again, since(), s.files)
 	}
@@ -246,18 +246,18 @@ func TestCreateVolume(t *testing.T) {
 
 func TestCreateVolumeLUNCollision(t *testing.T) {
 	s, b := newFakeSAN(t, nil)
-	nameID := nameIDFor("pvc-2", "vol")
+	nameID := sdk.NameID("pvc-2", "vol")
 	order := lunOrder(nameID)
 	// Another volume holds the first two LUNs of pvc-2's order.
 	for _, lun := range order[:2] {
 		other := "/pool/other-" + strconv.Itoa(lun) + ".img"
-		s.files[other] = mib
+		s.files[other] = sdk.MiB
 		s.luns[testTarget] = map[int32]*fakeLUN{}
 	}
 	for _, lun := range order[:2] {
-		s.luns[testTarget][int32(lun)] = &fakeLUN{path: "/pool/other-" + strconv.Itoa(lun) + ".img", size: mib}
+		s.luns[testTarget][int32(lun)] = &fakeLUN{path: "/pool/other-" + strconv.Itoa(lun) + ".img", size: sdk.MiB}
 	}
-	v := createVolume(t, b, "pvc-2", 16*mib)
+	v := createVolume(t, b, "pvc-2", 16*sdk.MiB)
 	if v.LocalID != volumeID(nameID, order[2]) {
 		t.Fatalf("volume %s, want LUN %d (the first free in its order)", v.LocalID, order[2])
 	}
@@ -269,7 +269,7 @@ func TestCreateVolumeLUNCollision(t *testing.T) {
 	// One of the taken LUNs is freed; a repeat (the host lost its record)
 	// must finish the volume it made, not make a second one.
 	delete(s.luns[testTarget], int32(order[0]))
-	again := createVolume(t, b, "pvc-2", 16*mib)
+	again := createVolume(t, b, "pvc-2", 16*sdk.MiB)
 	if again.LocalID != v.LocalID {
 		t.Fatalf("repeat after a LUN was freed made %s, want %s", again.LocalID, v.LocalID)
 	}
@@ -283,10 +283,10 @@ func TestCreateVolumeTargetFull(t *testing.T) {
 	s.luns[testTarget] = map[int32]*fakeLUN{}
 	for lun := range int32(maxLUN + 1) {
 		p := "/pool/x" + strconv.Itoa(int(lun)) + ".img"
-		s.files[p] = mib
-		s.luns[testTarget][lun] = &fakeLUN{path: p, size: mib}
+		s.files[p] = sdk.MiB
+		s.luns[testTarget][lun] = &fakeLUN{path: p, size: sdk.MiB}
 	}
-	_, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "one-too-many", RequiredBytes: mib})
+	_, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "one-too-many", RequiredBytes: sdk.MiB})
 	if abi.CodeOf(err) != abi.ResourceExhausted {
 		t.Fatalf("CreateVolume on a full target = %v, want RESOURCE_EXHAUSTED", err)
 	}
@@ -308,13 +308,13 @@ func TestCreateVolumeSizes(t *testing.T) {
 		code            abi.Code
 	}{
 		{"default", 0, 0, mount(""), defaultSizeBytes, abi.OK},
-		{"rounded to MiB", 5*mib + 1, 0, block, 6 * mib, abi.OK},
-		{"xfs minimum", 10 * mib, 0, mount("xfs"), 300 * mib, abi.OK},
-		{"xfs above the limit", 10 * mib, 100 * mib, mount("xfs"), 0, abi.OutOfRange},
-		{"no MiB in range", mib + 1, mib + 100, block, 0, abi.OutOfRange},
-		{"larger than the pool", 200 * gib, 0, block, 0, abi.OutOfRange},
-		{"two filesystems", mib, 0, append(mount("ext4"), mount("xfs")...), 0, abi.InvalidArgument},
-		{"unknown fs", mib, 0, mount("zfs"), 0, abi.InvalidArgument},
+		{"rounded to MiB", 5*sdk.MiB + 1, 0, block, 6 * sdk.MiB, abi.OK},
+		{"xfs minimum", 10 * sdk.MiB, 0, mount("xfs"), 300 * sdk.MiB, abi.OK},
+		{"xfs above the limit", 10 * sdk.MiB, 100 * sdk.MiB, mount("xfs"), 0, abi.OutOfRange},
+		{"no MiB in range", sdk.MiB + 1, sdk.MiB + 100, block, 0, abi.OutOfRange},
+		{"larger than the pool", 200 * sdk.GiB, 0, block, 0, abi.OutOfRange},
+		{"two filesystems", sdk.MiB, 0, append(mount("ext4"), mount("xfs")...), 0, abi.InvalidArgument},
+		{"unknown fs", sdk.MiB, 0, mount("zfs"), 0, abi.InvalidArgument},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -332,15 +332,15 @@ func TestCreateVolumeSizes(t *testing.T) {
 	if _, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "p", Parameters: map[string]string{"thin": "yes"}}); abi.CodeOf(err) != abi.InvalidArgument {
 		t.Fatalf("unknown parameter: %v", err)
 	}
-	if _, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "p", RequiredBytes: mib, Parameters: map[string]string{kubernetesPrefix + "pvc/name": "x"}}); err != nil {
+	if _, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "p", RequiredBytes: sdk.MiB, Parameters: map[string]string{kubernetesPrefix + "pvc/name": "x"}}); err != nil {
 		t.Fatalf("CO metadata parameter: %v", err)
 	}
 }
 
 func TestDeleteVolume(t *testing.T) {
 	s, b := newFakeSAN(t, nil)
-	v := createVolume(t, b, "pvc-1", 16*mib)
-	lun := int32(lunOrder(nameIDFor("pvc-1", "vol"))[0])
+	v := createVolume(t, b, "pvc-1", 16*sdk.MiB)
+	lun := int32(lunOrder(sdk.NameID("pvc-1", "vol"))[0])
 	for range 2 { // idempotent
 		if err := b.DeleteVolume(&abi.DeleteVolumeRequest{Volume: ref(v)}); err != nil {
 			t.Fatal(err)
@@ -351,7 +351,7 @@ func TestDeleteVolume(t *testing.T) {
 	}
 	// The LUN number went to another volume meanwhile: a late repeat of the
 	// delete leaves it alone.
-	other := createVolume(t, b, "other", 16*mib)
+	other := createVolume(t, b, "other", 16*sdk.MiB)
 	s.luns[testTarget][lun] = s.luns[testTarget][int32(mustLUN(t, other.LocalID))]
 	if err := b.DeleteVolume(&abi.DeleteVolumeRequest{Volume: ref(v)}); err != nil {
 		t.Fatal(err)
@@ -380,39 +380,39 @@ func mustLUN(t *testing.T, id string) int {
 
 func TestExpandVolume(t *testing.T) {
 	s, b := newFakeSAN(t, nil)
-	v := createVolume(t, b, "pvc-1", 16*mib)
+	v := createVolume(t, b, "pvc-1", 16*sdk.MiB)
 	lun := int32(mustLUN(t, v.LocalID))
 	for range 2 { // idempotent
-		resp, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref(v), RequiredBytes: 40*mib + 1})
+		resp, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref(v), RequiredBytes: 40*sdk.MiB + 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp.CapacityBytes != 41*mib || !resp.NodeExpansionRequired {
+		if resp.CapacityBytes != 41*sdk.MiB || !resp.NodeExpansionRequired {
 			t.Fatalf("expand: %+v", resp)
 		}
 	}
-	if s.files[v.Context[ctxPath]] != 41*mib || s.luns[testTarget][lun].size != 41*mib {
+	if s.files[v.Context[ctxPath]] != 41*sdk.MiB || s.luns[testTarget][lun].size != 41*sdk.MiB {
 		t.Fatalf("file %d, LUN %d bytes; want both 41 MiB", s.files[v.Context[ctxPath]], s.luns[testTarget][lun].size)
 	}
 	// The target host rebooted: the LUN is gone and comes back grown.
 	delete(s.luns[testTarget], lun)
-	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref(v), RequiredBytes: 64 * mib}); err != nil {
+	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref(v), RequiredBytes: 64 * sdk.MiB}); err != nil {
 		t.Fatal(err)
 	}
-	if s.luns[testTarget][lun].size != 64*mib {
+	if s.luns[testTarget][lun].size != 64*sdk.MiB {
 		t.Fatalf("LUN after expansion of a lost LUN: %+v", s.luns[testTarget][lun])
 	}
-	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref(v), RequiredBytes: 200 * gib}); abi.CodeOf(err) != abi.OutOfRange {
+	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref(v), RequiredBytes: 200 * sdk.GiB}); abi.CodeOf(err) != abi.OutOfRange {
 		t.Fatalf("expand beyond the pool = %v, want OUT_OF_RANGE", err)
 	}
-	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref(v), RequiredBytes: 65*mib + 1, LimitBytes: 65*mib + 2}); abi.CodeOf(err) != abi.OutOfRange {
+	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref(v), RequiredBytes: 65*sdk.MiB + 1, LimitBytes: 65*sdk.MiB + 2}); abi.CodeOf(err) != abi.OutOfRange {
 		t.Fatalf("expand with no MiB in range = %v, want OUT_OF_RANGE", err)
 	}
 }
 
 func TestSnapshotsAndClones(t *testing.T) {
 	s, b := newFakeSAN(t, nil)
-	v := createVolume(t, b, "pvc-1", 16*mib)
+	v := createVolume(t, b, "pvc-1", 16*sdk.MiB)
 	var snap *abi.CreateSnapshotResponse
 	for range 2 { // idempotent
 		var err error
@@ -421,32 +421,32 @@ func TestSnapshotsAndClones(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	snapPath := "/pool/" + nameIDFor("snap-1", "snap") + ".snap"
-	if snap.LocalID != nameIDFor("snap-1", "snap") || snap.SizeBytes != 16*mib || !snap.ReadyToUse || snap.Context[ctxPath] != snapPath || snap.Context[ctxFsType] != "ext4" {
+	snapPath := "/pool/" + sdk.NameID("snap-1", "snap") + ".snap"
+	if snap.LocalID != sdk.NameID("snap-1", "snap") || snap.SizeBytes != 16*sdk.MiB || !snap.ReadyToUse || snap.Context[ctxPath] != snapPath || snap.Context[ctxFsType] != "ext4" {
 		t.Fatalf("snapshot %+v", snap)
 	}
 	snapRef := abi.SnapshotRef{LocalID: snap.LocalID, Context: snap.Context, SizeBytes: snap.SizeBytes, Source: ref(v)}
-	restored, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "restored", RequiredBytes: 32 * mib,
+	restored, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "restored", RequiredBytes: 32 * sdk.MiB,
 		Capabilities: []abi.Capability{{AccessMode: abi.AccessSingleNodeWriter}}, Source: &abi.VolumeSource{Snapshot: &snapRef}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if restored.CapacityBytes != 32*mib || s.files[restored.Context[ctxPath]] != 32*mib {
+	if restored.CapacityBytes != 32*sdk.MiB || s.files[restored.Context[ctxPath]] != 32*sdk.MiB {
 		t.Fatalf("restored volume %+v", restored)
 	}
 	if s.luns[testTarget][int32(mustLUN(t, restored.LocalID))] == nil {
 		t.Fatal("restored volume has no LUN")
 	}
 	src := ref(v)
-	clone, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "clone", RequiredBytes: 16 * mib,
+	clone, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "clone", RequiredBytes: 16 * sdk.MiB,
 		Capabilities: []abi.Capability{{AccessMode: abi.AccessSingleNodeWriter}}, Source: &abi.VolumeSource{Volume: &src}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if clone.LocalID == v.LocalID || s.files[clone.Context[ctxPath]] != 16*mib {
+	if clone.LocalID == v.LocalID || s.files[clone.Context[ctxPath]] != 16*sdk.MiB {
 		t.Fatalf("clone %+v", clone)
 	}
-	_, err = b.CreateVolume(&abi.CreateVolumeRequest{Name: "xfs-clone", RequiredBytes: 300 * mib,
+	_, err = b.CreateVolume(&abi.CreateVolumeRequest{Name: "xfs-clone", RequiredBytes: 300 * sdk.MiB,
 		Capabilities: []abi.Capability{{FsType: "xfs", AccessMode: abi.AccessSingleNodeWriter}}, Source: &abi.VolumeSource{Volume: &src}})
 	if abi.CodeOf(err) != abi.InvalidArgument {
 		t.Fatalf("xfs clone of an ext4 volume = %v, want INVALID_ARGUMENT", err)
@@ -466,15 +466,15 @@ func TestSnapshotsAndClones(t *testing.T) {
 
 func TestGetCapacity(t *testing.T) {
 	s, b := newFakeSAN(t, nil)
-	s.total, s.avail = 10*gib+5, 3*gib+7
+	s.total, s.avail = 10*sdk.GiB+5, 3*sdk.GiB+7
 	resp, err := b.GetCapacity(&abi.GetCapacityRequest{Capability: &abi.Capability{FsType: "xfs"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.AvailableBytes != 3*gib || resp.MaximumVolumeSize != 10*gib || resp.MinimumVolumeSize != 300*mib {
+	if resp.AvailableBytes != 3*sdk.GiB || resp.MaximumVolumeSize != 10*sdk.GiB || resp.MinimumVolumeSize != 300*sdk.MiB {
 		t.Fatalf("capacity %+v", resp)
 	}
-	s.total = 100 * mib
+	s.total = 100 * sdk.MiB
 	if resp, _ := b.GetCapacity(&abi.GetCapacityRequest{Capability: &abi.Capability{FsType: "xfs"}}); resp.MaximumVolumeSize != 0 {
 		t.Fatalf("a pool smaller than xfs's minimum offers %+v", resp)
 	}
@@ -482,7 +482,7 @@ func TestGetCapacity(t *testing.T) {
 
 func TestPublishUnpublish(t *testing.T) {
 	s, b := newFakeSAN(t, map[string]string{configChapUser: "user1", configChapSecret: "secret123456"})
-	v := createVolume(t, b, "pvc-1", 16*mib)
+	v := createVolume(t, b, "pvc-1", 16*sdk.MiB)
 	lun := int32(mustLUN(t, v.LocalID))
 	node := map[string]string{NodeContextInitiator: testInitiator}
 	pub := &abi.ControllerPublishRequest{Volume: ref(v), NodeID: "n1;x", NodeContext: node, Capability: abi.Capability{AccessMode: abi.AccessSingleNodeWriter}}
@@ -560,7 +560,7 @@ func TestNodeSharedSession(t *testing.T) {
 	if err != nil || info.Context[NodeContextInitiator] != testInitiator || info.Topology != nil {
 		t.Fatalf("node info %+v, %v", info, err)
 	}
-	v1, v2 := createVolume(t, b, "pvc-1", 16*mib), createVolume(t, b, "pvc-2", 16*mib)
+	v1, v2 := createVolume(t, b, "pvc-1", 16*sdk.MiB), createVolume(t, b, "pvc-2", 16*sdk.MiB)
 	st1, st2 := stage(t, b, v1), stage(t, b, v2)
 	if again := stage(t, b, v1); again.Device != st1.Device {
 		t.Fatalf("staging again answered %s, first %s", again.Device, st1.Device)
@@ -591,7 +591,7 @@ func TestNodeSharedSession(t *testing.T) {
 
 func TestNodeStageErrors(t *testing.T) {
 	s, b := newFakeSAN(t, map[string]string{configChapUser: "user1", configChapSecret: "secret123456"})
-	v := createVolume(t, b, "pvc-1", 16*mib)
+	v := createVolume(t, b, "pvc-1", 16*sdk.MiB)
 	lun := strconv.Itoa(mustLUN(t, v.LocalID))
 	pubCtx := map[string]string{pubPortal: testPortal, pubTarget: testTarget, pubLUN: lun}
 	stageWith := func(vol abi.VolumeRef, ctx map[string]string) error {
@@ -640,26 +640,26 @@ func TestNodeStageErrors(t *testing.T) {
 
 func TestNodeExpand(t *testing.T) {
 	_, b := newFakeSAN(t, nil)
-	v := createVolume(t, b, "pvc-1", 16*mib)
+	v := createVolume(t, b, "pvc-1", 16*sdk.MiB)
 	st := stage(t, b, v)
 	expand := func(required int64) (*abi.NodeExpandResponse, error) {
 		return b.NodeExpand(&abi.NodeExpandRequest{Volume: ref(v), Device: st.Device, RequiredBytes: required, StageContext: st.Context})
 	}
-	if _, err := expand(32 * mib); abi.CodeOf(err) != abi.FailedPrecondition {
+	if _, err := expand(32 * sdk.MiB); abi.CodeOf(err) != abi.FailedPrecondition {
 		t.Fatalf("node expand before the controller's = %v, want FAILED_PRECONDITION", err)
 	}
-	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref(v), RequiredBytes: 32 * mib}); err != nil {
+	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref(v), RequiredBytes: 32 * sdk.MiB}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := expand(32 * mib)
-	if err != nil || resp.CapacityBytes != 32*mib {
+	resp, err := expand(32 * sdk.MiB)
+	if err != nil || resp.CapacityBytes != 32*sdk.MiB {
 		t.Fatalf("node expand: %+v, %v", resp, err)
 	}
 }
 
 func TestHealth(t *testing.T) {
 	s, b := newFakeSAN(t, nil)
-	v := createVolume(t, b, "pvc-1", 16*mib)
+	v := createVolume(t, b, "pvc-1", 16*sdk.MiB)
 	health := func(onNode bool, vol abi.VolumeRef) string {
 		t.Helper()
 		r, err := b.VolumeHealth(&abi.VolumeHealthRequest{Volume: vol, OnNode: onNode})
@@ -682,7 +682,7 @@ func TestHealth(t *testing.T) {
 		t.Fatalf("node health of a staged volume: %s", got)
 	}
 	bigger := ref(v)
-	bigger.CapacityBytes = 32 * mib
+	bigger.CapacityBytes = 32 * sdk.MiB
 	if got := health(true, bigger); got != "LunSmallerThanVolume" {
 		t.Fatalf("node health of an unfinished expansion: %q", got)
 	}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/sdk"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 )
 
@@ -22,12 +23,12 @@ type volume struct {
 func (b *Backend) volumeOf(ref *abi.VolumeRef) (volume, error) {
 	nameID, lun, ok := parseVolumeID(ref.LocalID)
 	if !ok {
-		return volume{}, errorf(abi.NotFound, "volume ", strconv.Quote(ref.LocalID), " is not an iscsi volume ID")
+		return volume{}, sdk.Error(abi.NotFound, "volume ", strconv.Quote(ref.LocalID), " is not an iscsi volume ID")
 	}
 	v := volume{nameID: nameID, lun: lun, path: ref.Context[ctxPath], target: ref.Context[ctxTarget]}
 	name := ref.LocalID + volumeSuffix
 	if v.path != "" && (v.path[0] != '/' || baseOf(v.path) != name) {
-		return volume{}, errorf(abi.InvalidArgument, "volume context path ", strconv.Quote(v.path), " does not name the volume's file ", name)
+		return volume{}, sdk.Error(abi.InvalidArgument, "volume context path ", strconv.Quote(v.path), " does not name the volume's file ", name)
 	}
 	if v.path == "" || v.target == "" {
 		if err := b.controller(); err != nil {
@@ -46,13 +47,13 @@ func (b *Backend) volumeOf(ref *abi.VolumeRef) (volume, error) {
 // snapshotPath is the file of a snapshot; NOT_FOUND for an ID this module
 // cannot have made.
 func (b *Backend) snapshotPath(ref *abi.SnapshotRef) (string, error) {
-	if !validNameID(ref.LocalID) {
-		return "", errorf(abi.NotFound, "snapshot ", strconv.Quote(ref.LocalID), " is not an iscsi snapshot ID")
+	if !sdk.ValidNameID(ref.LocalID) {
+		return "", sdk.Error(abi.NotFound, "snapshot ", strconv.Quote(ref.LocalID), " is not an iscsi snapshot ID")
 	}
 	name := ref.LocalID + snapshotSuffix
 	if p := ref.Context[ctxPath]; p != "" {
 		if p[0] != '/' || baseOf(p) != name {
-			return "", errorf(abi.InvalidArgument, "snapshot context path ", strconv.Quote(p), " does not name the snapshot's file ", name)
+			return "", sdk.Error(abi.InvalidArgument, "snapshot context path ", strconv.Quote(p), " does not name the snapshot's file ", name)
 		}
 		return p, nil
 	}
@@ -94,7 +95,7 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 	if err := b.checkSparseBound(size); err != nil {
 		return nil, err
 	}
-	nameID := nameIDFor(req.Name, "vol")
+	nameID := sdk.NameID(req.Name, "vol")
 	order := lunOrder(nameID)
 	for _, lun := range order {
 		path := joinPath(b.cfg.pool, volumeID(nameID, lun)+volumeSuffix)
@@ -103,7 +104,7 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 			continue
 		}
 		if err != nil {
-			return nil, wrap(err, "stat "+path)
+			return nil, sdk.Wrap(err, "stat "+path)
 		}
 		resp, err := b.finishVolume(nameID, lun, path, size, req.LimitBytes, fsType)
 		if abi.CodeOf(err) != abi.AlreadyExists {
@@ -111,7 +112,7 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 		}
 		// The LUN went to another volume since: start over elsewhere.
 		if err := hostcall.FileRemove(path); err != nil {
-			return nil, wrap(err, "remove "+path+" whose LUN serves another volume")
+			return nil, sdk.Wrap(err, "remove "+path+" whose LUN serves another volume")
 		}
 		break
 	}
@@ -123,7 +124,7 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 			err = hostcall.FileClone(source, path)
 		}
 		if err != nil {
-			return nil, wrap(err, "create "+path)
+			return nil, sdk.Wrap(err, "create "+path)
 		}
 		resp, err := b.finishVolume(nameID, lun, path, size, req.LimitBytes, fsType)
 		if err == nil {
@@ -136,7 +137,7 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 			return nil, err
 		}
 	}
-	return nil, errorf(abi.ResourceExhausted, "target ", b.cfg.target, " has no free LUN: it serves ", itoa(maxLUN+1), " volumes")
+	return nil, sdk.Error(abi.ResourceExhausted, "target ", b.cfg.target, " has no free LUN: it serves ", itoa(maxLUN+1), " volumes")
 }
 
 // finishVolume grows the volume's file to size when it is smaller and
@@ -145,19 +146,19 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 func (b *Backend) finishVolume(nameID string, lun int, path string, size, limit int64, fsType string) (*abi.CreateVolumeResponse, error) {
 	st, err := hostcall.FileStat(path)
 	if err != nil {
-		return nil, wrap(err, "stat "+path)
+		return nil, sdk.Wrap(err, "stat "+path)
 	}
 	if st.SizeBytes < size {
 		if err := hostcall.FileResize(&abi.FileResizeRequest{Path: path, SizeBytes: size}); err != nil {
-			return nil, wrap(err, "grow "+path+" to "+itoa(size))
+			return nil, sdk.Wrap(err, "grow "+path+" to "+itoa(size))
 		}
 		st.SizeBytes = size
 	}
 	if limit > 0 && st.SizeBytes > limit {
-		return nil, errorf(abi.OutOfRange, "volume file ", path, " has ", sizeString(st.SizeBytes), ", above limit_bytes ", itoa(limit))
+		return nil, sdk.Error(abi.OutOfRange, "volume file ", path, " has ", sdk.FormatSize(st.SizeBytes), ", above limit_bytes ", itoa(limit))
 	}
 	if st.SizeBytes%512 != 0 {
-		return nil, errorf(abi.FailedPrecondition, "volume file ", path, " has ", itoa(st.SizeBytes), " bytes, not a whole number of 512-byte blocks")
+		return nil, sdk.Error(abi.FailedPrecondition, "volume file ", path, " has ", itoa(st.SizeBytes), " bytes, not a whole number of 512-byte blocks")
 	}
 	if err := b.ensureLUN(b.cfg.target, lun, path); err != nil {
 		return nil, err
@@ -175,7 +176,7 @@ func (b *Backend) finishVolume(nameID string, lun int, path string, size, limit 
 // took away.
 func (b *Backend) ensureLUN(target string, lun int, path string) error {
 	err := hostcall.LioLunCreate(&abi.LioLunCreateRequest{Target: target, LUN: int32(lun), Kind: "fileio", Path: path, Portals: b.cfg.listen})
-	return wrap(err, "serve "+path+" as LUN "+strconv.Itoa(lun)+" of "+target)
+	return sdk.Wrap(err, "serve "+path+" as LUN "+strconv.Itoa(lun)+" of "+target)
 }
 
 // sourceOf is the file a new volume is cloned from, or "" for a new one.
@@ -203,12 +204,12 @@ func (b *Backend) sourceOf(src *abi.VolumeSource, fsType string) (string, error)
 		return "", nil
 	}
 	if dirOf(path) != b.cfg.pool {
-		return "", errorf(abi.InvalidArgument, "source ", what, " ", path, " is not in the pool ", b.cfg.pool)
+		return "", sdk.Error(abi.InvalidArgument, "source ", what, " ", path, " is not in the pool ", b.cfg.pool)
 	}
 	// The host would refuse to mount another filesystem at stage time,
 	// after the CO believed the volume ready.
 	if fsType != "" && have != "" && fsType != have {
-		return "", errorf(abi.InvalidArgument, "source ", what, " holds ", have, ", not the requested ", fsType)
+		return "", sdk.Error(abi.InvalidArgument, "source ", what, " holds ", have, ", not the requested ", fsType)
 	}
 	return path, nil
 }
@@ -226,10 +227,10 @@ func (b *Backend) fsTypeOf(caps []abi.Capability) (string, error) {
 			want = b.cfg.fsType
 		}
 		if !isFsType(want) {
-			return "", errorf(abi.InvalidArgument, "fs_type ", strconv.Quote(want), " is not one of ext4, xfs, btrfs")
+			return "", sdk.Error(abi.InvalidArgument, "fs_type ", strconv.Quote(want), " is not one of ext4, xfs, btrfs")
 		}
 		if fs != "" && fs != want {
-			return "", errorf(abi.InvalidArgument, "capabilities ask for both ", fs, " and ", want, ": a volume holds one filesystem")
+			return "", sdk.Error(abi.InvalidArgument, "capabilities ask for both ", fs, " and ", want, ": a volume holds one filesystem")
 		}
 		fs = want
 	}
@@ -248,12 +249,12 @@ func sizeFor(required, limit int64, fsType string) (int64, error) {
 	if fsType != "" {
 		size = max(size, fsMinimum(fsType))
 	}
-	size = roundUp(size, granularity)
+	size = sdk.RoundUp(size, granularity)
 	if limit > 0 && size > limit {
 		if fsType != "" && fsMinimum(fsType) > limit {
-			return 0, errorf(abi.OutOfRange, fsType, " needs at least ", sizeString(fsMinimum(fsType)), ", above limit_bytes ", itoa(limit))
+			return 0, sdk.Error(abi.OutOfRange, fsType, " needs at least ", sdk.FormatSize(fsMinimum(fsType)), ", above limit_bytes ", itoa(limit))
 		}
-		return 0, errorf(abi.OutOfRange, "no size in units of ", sizeString(granularity), " fits ", itoa(required), "..", itoa(limit))
+		return 0, sdk.Error(abi.OutOfRange, "no size in units of ", sdk.FormatSize(granularity), " fits ", itoa(required), "..", itoa(limit))
 	}
 	return size, nil
 }
@@ -264,10 +265,10 @@ func sizeFor(required, limit int64, fsType string) (int64, error) {
 func (b *Backend) checkSparseBound(size int64) error {
 	fs, err := hostcall.FileStatfs(b.cfg.pool)
 	if err != nil {
-		return wrap(err, "statfs "+b.cfg.pool)
+		return sdk.Wrap(err, "statfs "+b.cfg.pool)
 	}
 	if size > fs.TotalBytes {
-		return errorf(abi.OutOfRange, "a volume of ", sizeString(size), " is larger than the pool's filesystem (", sizeString(fs.TotalBytes), ")")
+		return sdk.Error(abi.OutOfRange, "a volume of ", sdk.FormatSize(size), " is larger than the pool's filesystem (", sdk.FormatSize(fs.TotalBytes), ")")
 	}
 	return nil
 }
@@ -286,9 +287,9 @@ func (b *Backend) DeleteVolume(req *abi.DeleteVolumeRequest) error {
 		return err
 	}
 	if err := hostcall.LioLunDelete(&abi.LioLunRequest{Target: v.target, LUN: int32(v.lun), Path: v.path}); err != nil {
-		return wrap(err, "delete LUN "+strconv.Itoa(v.lun)+" of "+v.target)
+		return sdk.Wrap(err, "delete LUN "+strconv.Itoa(v.lun)+" of "+v.target)
 	}
-	return wrap(hostcall.FileRemove(v.path), "delete "+v.path)
+	return sdk.Wrap(hostcall.FileRemove(v.path), "delete "+v.path)
 }
 
 // ExpandVolume grows the volume's file and the size its LUN reports; the
@@ -300,24 +301,24 @@ func (b *Backend) ExpandVolume(req *abi.ExpandVolumeRequest) (*abi.ExpandVolumeR
 	if err != nil {
 		return nil, err
 	}
-	size := roundUp(req.RequiredBytes, granularity)
+	size := sdk.RoundUp(req.RequiredBytes, granularity)
 	if req.LimitBytes > 0 && size > req.LimitBytes {
-		return nil, errorf(abi.OutOfRange, "no size in units of ", sizeString(granularity), " fits ", itoa(req.RequiredBytes), "..", itoa(req.LimitBytes))
+		return nil, sdk.Error(abi.OutOfRange, "no size in units of ", sdk.FormatSize(granularity), " fits ", itoa(req.RequiredBytes), "..", itoa(req.LimitBytes))
 	}
 	st, err := hostcall.FileStat(v.path)
 	if err != nil {
-		return nil, wrap(err, "stat "+v.path)
+		return nil, sdk.Wrap(err, "stat "+v.path)
 	}
 	if st.SizeBytes < size {
 		fs, err := hostcall.FileStatfs(dirOf(v.path))
 		if err != nil {
-			return nil, wrap(err, "statfs "+dirOf(v.path))
+			return nil, sdk.Wrap(err, "statfs "+dirOf(v.path))
 		}
 		if size > fs.TotalBytes {
-			return nil, errorf(abi.OutOfRange, "a volume of ", sizeString(size), " is larger than the pool's filesystem (", sizeString(fs.TotalBytes), ")")
+			return nil, sdk.Error(abi.OutOfRange, "a volume of ", sdk.FormatSize(size), " is larger than the pool's filesystem (", sdk.FormatSize(fs.TotalBytes), ")")
 		}
 		if err := hostcall.FileResize(&abi.FileResizeRequest{Path: v.path, SizeBytes: size}); err != nil {
-			return nil, wrap(err, "grow "+v.path+" to "+itoa(size))
+			return nil, sdk.Wrap(err, "grow "+v.path+" to "+itoa(size))
 		}
 		st.SizeBytes = size
 	}
@@ -325,7 +326,7 @@ func (b *Backend) ExpandVolume(req *abi.ExpandVolumeRequest) (*abi.ExpandVolumeR
 		return nil, err
 	}
 	if err := hostcall.LioLunResize(&abi.LioLunResizeRequest{Target: v.target, LUN: int32(v.lun), SizeBytes: st.SizeBytes}); err != nil {
-		return nil, wrap(err, "resize LUN "+strconv.Itoa(v.lun)+" of "+v.target)
+		return nil, sdk.Wrap(err, "resize LUN "+strconv.Itoa(v.lun)+" of "+v.target)
 	}
 	return &abi.ExpandVolumeResponse{CapacityBytes: st.SizeBytes, NodeExpansionRequired: true}, nil
 }
@@ -343,14 +344,14 @@ func (b *Backend) CreateSnapshot(req *abi.CreateSnapshotRequest) (*abi.CreateSna
 	if err != nil {
 		return nil, err
 	}
-	id := nameIDFor(req.Name, "snap")
+	id := sdk.NameID(req.Name, "snap")
 	path := joinPath(dirOf(v.path), id+snapshotSuffix)
 	if err := hostcall.FileClone(v.path, path); err != nil && abi.CodeOf(err) != abi.AlreadyExists {
-		return nil, wrap(err, "snapshot "+v.path+" to "+path)
+		return nil, sdk.Wrap(err, "snapshot "+v.path+" to "+path)
 	}
 	st, err := hostcall.FileStat(path)
 	if err != nil {
-		return nil, wrap(err, "stat "+path)
+		return nil, sdk.Wrap(err, "stat "+path)
 	}
 	ctx := map[string]string{ctxPath: path}
 	if fs := req.Source.Context[ctxFsType]; fs != "" {
@@ -368,7 +369,7 @@ func (b *Backend) DeleteSnapshot(req *abi.DeleteSnapshotRequest) error {
 	if err != nil {
 		return err
 	}
-	return wrap(hostcall.FileRemove(path), "delete snapshot "+path)
+	return sdk.Wrap(hostcall.FileRemove(path), "delete snapshot "+path)
 }
 
 // GetCapacity reports the pool's free bytes. Volumes are sparse files, so
@@ -387,14 +388,14 @@ func (b *Backend) GetCapacity(req *abi.GetCapacityRequest) (*abi.GetCapacityResp
 		if fs == "" {
 			fs = b.cfg.fsType
 		}
-		minSize = roundUp(fsMinimum(fs), granularity)
+		minSize = sdk.RoundUp(fsMinimum(fs), granularity)
 	}
 	fs, err := hostcall.FileStatfs(b.cfg.pool)
 	if err != nil {
-		return nil, wrap(err, "statfs "+b.cfg.pool)
+		return nil, sdk.Wrap(err, "statfs "+b.cfg.pool)
 	}
-	avail := roundDown(fs.AvailableBytes, granularity)
-	maxSize := roundDown(fs.TotalBytes, granularity)
+	avail := sdk.RoundDown(fs.AvailableBytes, granularity)
+	maxSize := sdk.RoundDown(fs.TotalBytes, granularity)
 	if maxSize < minSize {
 		return &abi.GetCapacityResponse{AvailableBytes: avail}, nil
 	}
@@ -416,14 +417,14 @@ func (b *Backend) ControllerPublish(req *abi.ControllerPublishRequest) (*abi.Con
 	}
 	initiator := req.NodeContext[NodeContextInitiator]
 	if initiator == "" {
-		return nil, errorf(abi.FailedPrecondition, "node ", strconv.Quote(req.NodeID), " reported no iSCSI initiator name: ",
+		return nil, sdk.Error(abi.FailedPrecondition, "node ", strconv.Quote(req.NodeID), " reported no iSCSI initiator name: ",
 			"load the iscsi module on it with the iscsi grant and open-iscsi installed")
 	}
 	if _, err := hostcall.FileStat(v.path); err != nil {
 		if abi.CodeOf(err) == abi.NotFound {
-			return nil, errorf(abi.NotFound, "volume ", req.Volume.LocalID, " does not exist: its file ", v.path, " is gone")
+			return nil, sdk.Error(abi.NotFound, "volume ", req.Volume.LocalID, " does not exist: its file ", v.path, " is gone")
 		}
-		return nil, wrap(err, "stat "+v.path)
+		return nil, sdk.Wrap(err, "stat "+v.path)
 	}
 	if err := b.ensureLUN(v.target, v.lun, v.path); err != nil {
 		return nil, err
@@ -433,7 +434,7 @@ func (b *Backend) ControllerPublish(req *abi.ControllerPublishRequest) (*abi.Con
 		grant.ChapUser, grant.ChapSecret = c.user, c.secret
 	}
 	if err := hostcall.LioGrant(grant); err != nil {
-		return nil, wrap(err, "grant LUN "+strconv.Itoa(v.lun)+" of "+v.target+" to "+initiator)
+		return nil, sdk.Wrap(err, "grant LUN "+strconv.Itoa(v.lun)+" of "+v.target+" to "+initiator)
 	}
 	portal := req.Volume.Context[ctxPortal]
 	if portal == "" {
@@ -459,7 +460,7 @@ func (b *Backend) ControllerUnpublish(req *abi.ControllerUnpublishRequest) error
 	if initiator == "" {
 		return nil // such a node was never granted anything
 	}
-	return wrap(hostcall.LioRevoke(&abi.LioGrantRequest{Target: v.target, LUN: int32(v.lun), Initiator: initiator}),
+	return sdk.Wrap(hostcall.LioRevoke(&abi.LioGrantRequest{Target: v.target, LUN: int32(v.lun), Initiator: initiator}),
 		"revoke LUN "+strconv.Itoa(v.lun)+" of "+v.target+" from "+initiator)
 }
 
@@ -478,10 +479,10 @@ func (b *Backend) VolumeHealth(req *abi.VolumeHealthRequest) (*abi.HealthRespons
 	case abi.CodeOf(err) == abi.NotFound:
 		return unhealthy(abi.HealthInaccessible, "VolumeFileMissing", "volume file "+v.path+" is missing"), nil
 	case err != nil:
-		return nil, wrap(err, "stat "+v.path)
+		return nil, sdk.Wrap(err, "stat "+v.path)
 	case req.Volume.CapacityBytes > 0 && st.SizeBytes < req.Volume.CapacityBytes:
-		return unhealthy(abi.HealthDataLoss, "VolumeFileTruncated", "volume file "+v.path+" has "+sizeString(st.SizeBytes)+
-			", the volume "+sizeString(req.Volume.CapacityBytes)), nil
+		return unhealthy(abi.HealthDataLoss, "VolumeFileTruncated", "volume file "+v.path+" has "+sdk.FormatSize(st.SizeBytes)+
+			", the volume "+sdk.FormatSize(req.Volume.CapacityBytes)), nil
 	}
 	return &abi.HealthResponse{}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/sdk"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
@@ -76,7 +77,7 @@ func newFakeSAN(t *testing.T, cfg map[string]string) (*fakeSAN, *Backend) {
 func newSAN() *fakeSAN {
 	s := &fakeSAN{
 		host: &moduletest.FakeHost{}, pool: "/pool", files: map[string]int64{},
-		total: 100 * gib, avail: 50 * gib,
+		total: 100 * sdk.GiB, avail: 50 * sdk.GiB,
 		luns: map[string]map[int32]*fakeLUN{}, acls: map[string]map[string][]int32{}, chap: map[string]map[string]string{},
 		initiator: testInitiator, sessions: map[string][]int32{},
 	}

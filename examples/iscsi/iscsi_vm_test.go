@@ -15,6 +15,7 @@ import (
 	"github.com/wasmcsi/wasmcsi/examples/iscsi/iscsitest"
 	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
 	"github.com/wasmcsi/wasmcsi/modules"
+	"github.com/wasmcsi/wasmcsi/sdk"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
@@ -64,7 +65,7 @@ func TestVMModuleOnSAN(t *testing.T) {
 			block := []abi.Capability{{Block: true, AccessMode: abi.AccessSingleNodeWriter}}
 			create := func(name string, src *abi.VolumeSource) *abi.CreateVolumeResponse {
 				return timedCall[abi.CreateVolumeResponse](t, m, abi.OpCreateVolume,
-					&abi.CreateVolumeRequest{Name: name, RequiredBytes: 16 * mib, Capabilities: block, Source: src})
+					&abi.CreateVolumeRequest{Name: name, RequiredBytes: 16 * sdk.MiB, Capabilities: block, Source: src})
 			}
 			stage := func(v *abi.CreateVolumeResponse) *abi.NodeStageResponse {
 				pub := timedCall[abi.ControllerPublishResponse](t, m, abi.OpControllerPublish,
@@ -87,18 +88,18 @@ func TestVMModuleOnSAN(t *testing.T) {
 
 			// Grow A online: the file and the LUN on the target, then the
 			// node's disk.
-			exp := timedCall[abi.ExpandVolumeResponse](t, m, abi.OpExpandVolume, &abi.ExpandVolumeRequest{Volume: ref(a), RequiredBytes: 32 * mib})
+			exp := timedCall[abi.ExpandVolumeResponse](t, m, abi.OpExpandVolume, &abi.ExpandVolumeRequest{Volume: ref(a), RequiredBytes: 32 * sdk.MiB})
 			a.CapacityBytes = exp.CapacityBytes
 			nexp := timedCall[abi.NodeExpandResponse](t, m, abi.OpNodeExpand,
-				&abi.NodeExpandRequest{Volume: ref(a), Device: stA.Device, RequiredBytes: 32 * mib, StageContext: stA.Context})
-			if nexp.CapacityBytes != 32*mib || deviceSize(t, stA.Device) != 32*mib {
+				&abi.NodeExpandRequest{Volume: ref(a), Device: stA.Device, RequiredBytes: 32 * sdk.MiB, StageContext: stA.Context})
+			if nexp.CapacityBytes != 32*sdk.MiB || deviceSize(t, stA.Device) != 32*sdk.MiB {
 				t.Fatalf("after expansion: node_expand %d, device %d bytes; want 32 MiB", nexp.CapacityBytes, deviceSize(t, stA.Device))
 			}
 
 			// A snapshot of A restored as C holds A's data.
 			snap := timedCall[abi.CreateSnapshotResponse](t, m, abi.OpCreateSnapshot, &abi.CreateSnapshotRequest{Name: "vm-snap", Source: ref(a)})
 			c := create("vm-c", &abi.VolumeSource{Snapshot: &abi.SnapshotRef{LocalID: snap.LocalID, Context: snap.Context, SizeBytes: snap.SizeBytes, Source: ref(a)}})
-			if c.CapacityBytes != 32*mib {
+			if c.CapacityBytes != 32*sdk.MiB {
 				t.Fatalf("restored volume of %d bytes, want the snapshot's 32 MiB", c.CapacityBytes)
 			}
 			stC := stage(c)

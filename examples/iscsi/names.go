@@ -5,12 +5,12 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/sdk"
 )
 
 // Names. A volume's local ID is "<name ID>.<LUN>" and its file in the pool
 // "<local ID>.img"; a snapshot's local ID is its name ID and its file
-// "<local ID>.snap". The name ID is derived from the CSI name alone, so a
+// "<local ID>.snap". The name ID (sdk.NameID) comes from the CSI name alone, so a
 // repeated CreateVolume finds the file of the first call by trying the
 // LUNs in the name's own order (lunOrder) — the pool folder is the record
 // of which LUN belongs to which volume, and the volume ID says it too.
@@ -18,68 +18,6 @@ const (
 	volumeSuffix   = ".img"
 	snapshotSuffix = ".snap"
 )
-
-// slugMax bounds the readable part of a name ID; the hash after it keeps
-// IDs unique, so a long name loses only readability.
-const slugMax = 40
-
-// hashHex is the length of the hash part of a name ID: 64 bits, so that two
-// names of one pool collide with odds of about n²/2⁶⁵.
-const hashHex = 16
-
-// nameIDFor derives a name ID from a CSI name: a readable slug of the name
-// in [a-z0-9-] (fallback when the name has no letter or digit), a dash, and
-// the first 64 bits of the name's SHA-256 in hex.
-func nameIDFor(name, fallback string) string {
-	slug := make([]byte, 0, slugMax)
-	dash := false
-	for i := 0; i < len(name) && len(slug) < slugMax; i++ {
-		c := name[i]
-		switch {
-		case c >= 'A' && c <= 'Z':
-			c += 'a' - 'A'
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		default:
-			dash = len(slug) > 0
-			continue
-		}
-		if dash {
-			if len(slug)+1 >= slugMax {
-				break
-			}
-			slug = append(slug, '-')
-			dash = false
-		}
-		slug = append(slug, c)
-	}
-	if len(slug) == 0 {
-		slug = append(slug, fallback...)
-	}
-	sum := sha256.Sum256([]byte(name))
-	const digits = "0123456789abcdef"
-	out := make([]byte, 0, len(slug)+1+hashHex)
-	out = append(out, slug...)
-	out = append(out, '-')
-	for _, b := range sum[:hashHex/2] {
-		out = append(out, digits[b>>4], digits[b&0x0f])
-	}
-	return string(out)
-}
-
-// validNameID reports whether id can be a name ID: [a-z0-9-], not
-// starting with a dash, and short.
-func validNameID(id string) bool {
-	if id == "" || len(id) > slugMax+1+hashHex || id[0] == '-' {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
 
 // lunOrder is the order in which a volume tries the target's LUNs: from a
 // start derived from its name ID, upwards and around, so volumes spread
@@ -106,7 +44,7 @@ func parseVolumeID(id string) (nameID string, lun int, ok bool) {
 	}
 	nameID, num := id[:i], id[i+1:]
 	lun, ok = parseLUN(num)
-	if !ok || !validNameID(nameID) {
+	if !ok || !sdk.ValidNameID(nameID) {
 		return "", 0, false
 	}
 	return nameID, lun, true
@@ -144,25 +82,10 @@ func dirOf(path string) string {
 // baseOf is the last element of a path.
 func baseOf(path string) string { return path[strings.LastIndexByte(path, '/')+1:] }
 
-// cleanRoot checks that a folder is an absolute path other than / and
-// drops trailing slashes.
-func cleanRoot(root string) (string, error) {
-	if !strings.HasPrefix(root, "/") || strings.Contains(root, "/../") || strings.HasSuffix(root, "/..") {
-		return "", errorf(abi.InvalidArgument, "pool folder ", strconv.Quote(root), " is not a clean absolute path")
-	}
-	for len(root) > 1 && strings.HasSuffix(root, "/") {
-		root = root[:len(root)-1]
-	}
-	if root == "/" {
-		return "", errorf(abi.InvalidArgument, "the root folder cannot be a pool folder")
-	}
-	return root, nil
-}
-
 // hasRoot reports whether folder is one of the granted roots.
 func hasRoot(roots []string, folder string) bool {
 	for _, r := range roots {
-		if c, err := cleanRoot(r); err == nil && c == folder {
+		if c, err := sdk.PoolRoot(r); err == nil && c == folder {
 			return true
 		}
 	}
@@ -264,57 +187,5 @@ func printableNoSpace(s string) bool {
 	return s != ""
 }
 
-// Size units.
-const (
-	kib = int64(1) << 10
-	mib = int64(1) << 20
-	gib = int64(1) << 30
-)
-
-// roundUp rounds n up to a multiple of unit (unit > 0).
-func roundUp(n, unit int64) int64 {
-	if r := n % unit; r != 0 {
-		return n + unit - r
-	}
-	return n
-}
-
-// roundDown rounds n down to a multiple of unit (unit > 0).
-func roundDown(n, unit int64) int64 { return n - n%unit }
-
 // itoa formats an int64 without fmt.
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
-
-// sizeString formats a byte count for messages: "314572800 bytes (300 MiB)".
-func sizeString(n int64) string {
-	s := itoa(n) + " bytes"
-	switch {
-	case n >= gib && n%gib == 0:
-		s += " (" + itoa(n/gib) + " GiB)"
-	case n >= mib && n%mib == 0:
-		s += " (" + itoa(n/mib) + " MiB)"
-	}
-	return s
-}
-
-// errorf builds an *abi.Error from message parts.
-func errorf(code abi.Code, parts ...string) error {
-	return abi.Errorf(code, strings.Join(parts, ""))
-}
-
-// wrap adds what the module was doing to a host call's error and keeps its
-// code, so the CO sees the host call's verdict with the module's context.
-func wrap(err error, what string) error {
-	if err == nil {
-		return nil
-	}
-	code := abi.CodeOf(err)
-	msg := err.Error()
-	if e, ok := err.(*abi.Error); ok {
-		msg = e.Message
-	}
-	if code == abi.Unknown {
-		code = abi.Internal
-	}
-	return abi.Errorf(code, what+": "+msg)
-}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/sdk"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 )
 
@@ -31,7 +32,7 @@ func (b *Backend) NodeInfo() (*abi.NodeInfoResponse, error) {
 func (b *Backend) lunTarget(ref *abi.VolumeRef, ctx map[string]string) (*abi.IscsiTarget, error) {
 	_, lun, ok := parseVolumeID(ref.LocalID)
 	if !ok {
-		return nil, errorf(abi.NotFound, "volume ", strconv.Quote(ref.LocalID), " is not an iscsi volume ID")
+		return nil, sdk.Error(abi.NotFound, "volume ", strconv.Quote(ref.LocalID), " is not an iscsi volume ID")
 	}
 	pick := func(key, volKey string) string {
 		if v := ctx[key]; v != "" {
@@ -41,10 +42,10 @@ func (b *Backend) lunTarget(ref *abi.VolumeRef, ctx map[string]string) (*abi.Isc
 	}
 	t := &abi.IscsiTarget{Portal: pick(pubPortal, ctxPortal), IQN: pick(pubTarget, ctxTarget), LUN: int32(lun)}
 	if t.Portal == "" || t.IQN == "" {
-		return nil, errorf(abi.InvalidArgument, "volume ", ref.LocalID, " has no portal and target in its publish or volume context")
+		return nil, sdk.Error(abi.InvalidArgument, "volume ", ref.LocalID, " has no portal and target in its publish or volume context")
 	}
 	if l, ok := parseLUN(ctx[pubLUN]); ctx[pubLUN] != "" && (!ok || l != lun) {
-		return nil, errorf(abi.InvalidArgument, "publish context names LUN ", strconv.Quote(ctx[pubLUN]), ", the volume ID ", strconv.Itoa(lun))
+		return nil, sdk.Error(abi.InvalidArgument, "publish context names LUN ", strconv.Quote(ctx[pubLUN]), ", the volume ID ", strconv.Itoa(lun))
 	}
 	if b.configured && b.cfg.chap != nil {
 		t.ChapUser, t.ChapSecret = b.cfg.chap.user, b.cfg.chap.secret
@@ -72,7 +73,7 @@ func (b *Backend) NodeStage(req *abi.NodeStageRequest) (*abi.NodeStageResponse, 
 	}
 	login, err := hostcall.IscsiLogin(t)
 	if err != nil {
-		return nil, wrap(err, "log in to LUN "+strconv.Itoa(int(t.LUN))+" of "+t.IQN+" at "+t.Portal)
+		return nil, sdk.Wrap(err, "log in to LUN "+strconv.Itoa(int(t.LUN))+" of "+t.IQN+" at "+t.Portal)
 	}
 	return &abi.NodeStageResponse{Device: login.Device, Context: stageContext(t)}, nil
 }
@@ -89,7 +90,7 @@ func (b *Backend) NodeUnstage(req *abi.NodeUnstageRequest) error {
 		return err
 	}
 	t.ChapUser, t.ChapSecret = "", ""
-	return wrap(hostcall.IscsiLogout(t), "log out of LUN "+strconv.Itoa(int(t.LUN))+" of "+t.IQN+" at "+t.Portal)
+	return sdk.Wrap(hostcall.IscsiLogout(t), "log out of LUN "+strconv.Itoa(int(t.LUN))+" of "+t.IQN+" at "+t.Portal)
 }
 
 // NodeExpand makes the node's disk show the size the controller gave the
@@ -102,10 +103,10 @@ func (b *Backend) NodeExpand(req *abi.NodeExpandRequest) (*abi.NodeExpandRespons
 	t.ChapUser, t.ChapSecret = "", ""
 	r, err := hostcall.IscsiRescan(t)
 	if err != nil {
-		return nil, wrap(err, "rescan LUN "+strconv.Itoa(int(t.LUN))+" of "+t.IQN)
+		return nil, sdk.Wrap(err, "rescan LUN "+strconv.Itoa(int(t.LUN))+" of "+t.IQN)
 	}
 	if r.SizeBytes < req.RequiredBytes {
-		return nil, errorf(abi.FailedPrecondition, "LUN ", strconv.Itoa(int(t.LUN)), " of ", t.IQN, " shows ", sizeString(r.SizeBytes),
+		return nil, sdk.Error(abi.FailedPrecondition, "LUN ", strconv.Itoa(int(t.LUN)), " of ", t.IQN, " shows ", sdk.FormatSize(r.SizeBytes),
 			", below the ", itoa(req.RequiredBytes), " asked: expand the volume on the controller first")
 	}
 	return &abi.NodeExpandResponse{CapacityBytes: r.SizeBytes}, nil
@@ -125,10 +126,10 @@ func (b *Backend) nodeHealth(ref *abi.VolumeRef) (*abi.HealthResponse, error) {
 		return unhealthy(abi.HealthInaccessible, "LunNotLoggedIn", "LUN "+strconv.Itoa(int(t.LUN))+" of "+t.IQN+
 			" has no disk on this node: "+err.Error()), nil
 	case err != nil:
-		return nil, wrap(err, "rescan LUN "+strconv.Itoa(int(t.LUN))+" of "+t.IQN)
+		return nil, sdk.Wrap(err, "rescan LUN "+strconv.Itoa(int(t.LUN))+" of "+t.IQN)
 	case ref.CapacityBytes > 0 && r.SizeBytes < ref.CapacityBytes:
 		return unhealthy(abi.HealthDegraded, "LunSmallerThanVolume", "LUN "+strconv.Itoa(int(t.LUN))+" shows "+
-			sizeString(r.SizeBytes)+", the volume "+sizeString(ref.CapacityBytes)+": expansion is not finished"), nil
+			sdk.FormatSize(r.SizeBytes)+", the volume "+sdk.FormatSize(ref.CapacityBytes)+": expansion is not finished"), nil
 	}
 	return &abi.HealthResponse{}, nil
 }
