@@ -120,6 +120,12 @@ func Probe(ctx context.Context, device string) (string, error) {
 	if err := checkReadable(device); err != nil {
 		return "", fmt.Errorf("probe %s: %w", device, err)
 	}
+	// A filesystem this package makes is recognized in process (magic.go).
+	if fstype, err := knownFS(device); err != nil {
+		return "", fmt.Errorf("probe %s: %w", device, err)
+	} else if fstype != "" {
+		return fstype, nil
+	}
 	out, err := run(ctx, "blkid", "-p", "-o", "export", device)
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
