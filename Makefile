@@ -15,7 +15,7 @@ MODULES  := $(EXAMPLES:%=$(BIN)/modules/%.wasm)
 TGMODULES:= $(EXAMPLES:%=$(BIN)/modules/%.tinygo.wasm)
 GOSRC    := $(shell find abi sdk hostcalls host modules cmd examples -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod go.sum
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
-BENCHTIME ?= 2s
+BENCHTIME ?= 1s
 
 .PHONY: all build modules modules-tinygo run test test-vm bench lint tinygo clean
 
