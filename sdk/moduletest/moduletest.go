@@ -52,13 +52,31 @@ var (
 	buildDir   string
 )
 
+// EnvModuleDir names a folder of prebuilt modules ("<name>.wasm" and
+// "<name>.tinygo.wasm"). Where it is set — the VM tier sets it, since its
+// guest has no Go toolchain — Build returns the prebuilt module instead of
+// compiling.
+const EnvModuleDir = "WASMCSI_MODULE_DIR"
+
 // Build compiles the module package pkg (an import path or a ./relative
 // directory) with tc and returns the .wasm path. Builds are shared by every
 // test of the process. A test asking for TinyGo where none is installed is
 // skipped with the reason, unless WASMCSI_REQUIRE_TINYGO is set (CI), where
-// it fails.
+// it fails. With EnvModuleDir set, the prebuilt "<last element of pkg>"
+// module is used, and a test whose module is not there is skipped.
 func Build(t testing.TB, pkg string, tc Toolchain) string {
 	t.Helper()
+	if dir := os.Getenv(EnvModuleDir); dir != "" {
+		name := filepath.Base(pkg)
+		file := filepath.Join(dir, name+".wasm")
+		if tc == TinyGo {
+			file = filepath.Join(dir, name+".tinygo.wasm")
+		}
+		if _, err := os.Stat(file); err != nil {
+			t.Skipf("no prebuilt %s module in %s=%s: %v", tc, EnvModuleDir, dir, err)
+		}
+		return file
+	}
 	if strings.HasPrefix(pkg, ".") {
 		abs, err := filepath.Abs(pkg)
 		if err != nil {
@@ -157,7 +175,10 @@ func Load(t testing.TB, wasm string, opt Options) *Module {
 	lm := &Module{}
 	ctx := context.Background()
 	rt, err := modules.New(ctx, modules.Config{
-		Dir: dir, Limits: opt.Limits, HostCalls: opt.HostCalls,
+		// A compilation cache shared by every test run: compiling a
+		// standard-Go module costs seconds (tens under emulation).
+		CacheDir: filepath.Join(os.TempDir(), "wasmcsi-moduletest-cache"),
+		Dir:      dir, Limits: opt.Limits, HostCalls: opt.HostCalls,
 		Grants: map[string]modules.Grant{opt.Name: opt.Grant},
 		OnLoad: func(ctx context.Context, m *modules.Module) error {
 			lm.m = m
