@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -95,7 +96,9 @@ func (s *Server) reconcile(ctx context.Context, clean bool) ([]Finding, error) {
 			continue
 		}
 		ours[d.Path] = true
-		if known[d.Path] {
+		if known[d.Path] || heldByDevice(d.Path) {
+			// A device another block device holds (a dm-thin pool over
+			// pool files) belongs to that device's owner, not to a stage.
 			continue
 		}
 		out = append(out, Finding{Kind: "orphan-loop", Path: d.Path, Detail: "backed by " + d.BackingFile + " with no stage record"})
@@ -194,4 +197,11 @@ func (s *Server) Describe() []string {
 			b.name, b.info.Version, b.mod.Digest(), b.info.Mount, b.info.Block, b.info.FsTypes, b.info.AccessModes, b.info.Granularity, strings.Join(ops, ",")))
 	}
 	return out
+}
+
+// heldByDevice reports whether another block device (device-mapper, md)
+// holds dev, as sysfs's holders folder shows.
+func heldByDevice(dev string) bool {
+	holders, err := os.ReadDir("/sys/class/block/" + filepath.Base(dev) + "/holders")
+	return err == nil && len(holders) > 0
 }
