@@ -7,6 +7,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
 )
 
 // Family is the grant that allows the device-mapper host calls.
@@ -59,11 +60,11 @@ func poolOpen(ctx context.Context, env *hostcalls.Env, req *abi.DmPoolOpenReques
 	if err := m.confine(req.Pool); err != nil {
 		return nil, err
 	}
-	meta, err := hostcalls.Confine(devices, req.MetaDev, true)
+	meta, err := poolDevice(ctx, devices, req.MetaDev)
 	if err != nil {
 		return nil, fmt.Errorf("dm pool %s metadata device: %w", req.Pool, err)
 	}
-	data, err := hostcalls.Confine(devices, req.DataDev, true)
+	data, err := poolDevice(ctx, devices, req.DataDev)
 	if err != nil {
 		return nil, fmt.Errorf("dm pool %s data device: %w", req.Pool, err)
 	}
@@ -99,6 +100,29 @@ func poolOpen(ctx context.Context, env *hostcalls.Env, req *abi.DmPoolOpenReques
 		return nil, err
 	}
 	return &abi.DmPoolOpenResponse{Path: p.Path(), Formatted: formatted, BlockSectors: p.BlockSectors, Status: wireStatus(st)}, nil
+}
+
+// poolDevice confines a pool's device to the granted device roots, or, for
+// a loop device, to a backing file inside them: a module that keeps its
+// pool in files attaches them with loop_attach and cannot know the device
+// numbers the operator would otherwise have to grant.
+func poolDevice(ctx context.Context, roots []string, dev string) (string, error) {
+	clean, err := hostcalls.Confine(roots, dev, true)
+	if err == nil {
+		return clean, nil
+	}
+	devs, lerr := loop.List(ctx)
+	if lerr != nil {
+		return "", err
+	}
+	for _, d := range devs {
+		if d.Path == dev {
+			if _, ferr := hostcalls.Confine(roots, d.BackingFile, false); ferr == nil {
+				return dev, nil
+			}
+		}
+	}
+	return "", err
 }
 
 func poolStatus(ctx context.Context, env *hostcalls.Env, req *abi.DmPoolRequest) (*abi.DmPoolStatus, error) {
