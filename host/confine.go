@@ -3,8 +3,10 @@ package host
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -81,13 +83,13 @@ func (s *Server) confineDevice(ctx context.Context, b *backend, dev string) (rea
 		rest := strings.TrimPrefix(dev, "/dev/disk/by-path/ip-")
 		for _, r := range roots {
 			if strings.HasPrefix(rest, r+"-iscsi-") {
-				return real, "", nil
+				return real, scsiIdentity(real), nil
 			}
 		}
 	}
 	if link, err := os.Readlink("/sys/class/block/" + filepath.Base(real)); err == nil && strings.Contains(link, "/session") {
 		if s.iscsiDeviceGranted(real, roots) {
-			return real, "", nil
+			return real, scsiIdentity(real), nil
 		}
 	}
 	return "", "", errf(codes.Internal, "backend %q named device %q, which its grants do not explain", b.name, dev)
@@ -115,9 +117,15 @@ func (s *Server) iscsiDeviceGranted(dev string, roots []string) bool {
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		portal := strings.TrimSpace(string(addr)) + ":" + strings.TrimSpace(string(port))
+		ip, err1 := netip.ParseAddr(strings.TrimSpace(string(addr)))
+		n, err2 := strconv.ParseUint(strings.TrimSpace(string(port)), 10, 16)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		portal := netip.AddrPortFrom(ip.Unmap(), uint16(n))
 		for _, r := range roots {
-			if r == portal {
+			// Roots are written "192.0.2.1:3260" or "[fd00::1]:3260".
+			if ap, err := netip.ParseAddrPort(r); err == nil && netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()) == portal {
 				return true
 			}
 		}
@@ -170,4 +178,20 @@ func (s *Server) stagePresent(ctx context.Context, rec *state.Stage) (bool, erro
 		}
 	}
 	return true, nil
+}
+
+// scsiIdentity is a SCSI disk's world-wide identifier (sysfs
+// device/wwid, e.g. the naa. name a LIO backstore carries), recorded at
+// stage so that a later check can tell the volume's disk from another one
+// that a reboot or rescan put under the same /dev/sdX name. "" where the
+// kernel shows none.
+func scsiIdentity(dev string) string {
+	b, err := os.ReadFile("/sys/class/block/" + filepath.Base(dev) + "/device/wwid")
+	if err != nil {
+		return ""
+	}
+	if id := strings.TrimSpace(string(b)); id != "" {
+		return "wwid:" + id
+	}
+	return ""
 }

@@ -372,13 +372,19 @@ func (s *Server) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	if !slices.ContainsFunc(abiCaps(v.Capabilities), func(h abi.Capability) bool { return h.Block == c.Block }) {
 		return nil, errf(codes.InvalidArgument, "volume %q was not created for this access type", id)
 	}
-	if p, ok := v.Published[nodeID]; ok {
+	p, again := v.Published[nodeID]
+	if again {
 		if p.ReadOnly != req.GetReadonly() {
 			return nil, errf(codes.AlreadyExists, "volume %q is published to %q with readonly=%v", id, nodeID, p.ReadOnly)
 		}
-		return &csi.ControllerPublishVolumeResponse{PublishContext: p.Context}, nil
-	}
-	if !multiNode(c.AccessMode) && len(v.Published) > 0 {
+		if !b.has(abi.OpControllerPublish) {
+			return &csi.ControllerPublishVolumeResponse{PublishContext: p.Context}, nil
+		}
+		// A repeat still reaches the module, whose publish is idempotent:
+		// what it set up may be gone (a storage host's target
+		// configuration does not survive its reboot) and a repeat is how
+		// the CO asks for it again.
+	} else if !multiNode(c.AccessMode) && len(v.Published) > 0 {
 		return nil, errf(codes.FailedPrecondition, "volume %q is published to another node and its access mode allows one", id)
 	}
 	var resp abi.ControllerPublishResponse

@@ -8,6 +8,7 @@ package config
 import (
 	_ "embed"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,7 +185,7 @@ func (c *Config) normalize() error {
 			// Roots are paths for the dir, file and loop families, but a
 			// device-mapper name prefix or an iSCSI portal for others: only
 			// what looks like a path (contains a slash) is made absolute.
-			if strings.Contains(r, "/") {
+			if isPathRoot(r) {
 				if m.Roots[i], err = abs(r); err != nil {
 					return err
 				}
@@ -196,6 +197,15 @@ func (c *Config) normalize() error {
 		c.Modules[name] = m
 	}
 	return nil
+}
+
+// isPathRoot tells a path root (anything with a slash that is not a
+// network prefix such as 192.0.2.0/24) from a name prefix or a portal.
+func isPathRoot(r string) bool {
+	if _, err := netip.ParsePrefix(r); err == nil {
+		return false
+	}
+	return strings.Contains(r, "/")
 }
 
 // SocketPath returns the filesystem path of a unix endpoint.

@@ -68,3 +68,23 @@ func TestInvalid(t *testing.T) {
 		}
 	}
 }
+
+func TestRootsKeepPortalsAndPrefixes(t *testing.T) {
+	c, err := Load(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Modules = map[string]Module{"x": {Roots: []string{"wasmcsi-", "127.0.0.1:3260", "[fd00::1]:3260", "192.0.2.0/24", "fd00::/64", "rel/pool", "/abs/pool"}}}
+	if err := c.normalize(); err != nil {
+		t.Fatal(err)
+	}
+	got := c.Modules["x"].Roots
+	for i, want := range []string{"wasmcsi-", "127.0.0.1:3260", "[fd00::1]:3260", "192.0.2.0/24", "fd00::/64"} {
+		if got[i] != want {
+			t.Errorf("root %q became %q", want, got[i])
+		}
+	}
+	if !filepath.IsAbs(got[5]) || got[6] != "/abs/pool" {
+		t.Errorf("path roots: %v", got[5:])
+	}
+}
