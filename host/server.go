@@ -153,10 +153,7 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 // checked and swapped in; removed ones stop serving. Volumes of a module
 // that is gone answer FAILED_PRECONDITION until it returns.
 func (s *Server) Reload(ctx context.Context) {
-	errs := s.rt.Reload(ctx)
-	for name, err := range errs {
-		s.log.Error("module refused", "module", name, "err", err)
-	}
+	s.rt.Reload(ctx) // the runtime logs each refused module with its reason
 	s.refreshBackends()
 	names := s.backends.Load().names
 	s.log.Info("backends loaded", "backends", names)

@@ -39,7 +39,8 @@ type Env struct {
 	// depending on the family. Never empty paths; always clean and absolute
 	// for path roots.
 	Roots []string
-	// Log receives the host call's own log lines.
+	// Log receives the host call's own log lines, already tagged with
+	// the module's name.
 	Log *slog.Logger
 }
 

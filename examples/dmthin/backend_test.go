@@ -117,7 +117,9 @@ func TestConfigure(t *testing.T) {
 		{name: "block size not multiple", config: with(configBlockSize, "96Ki"), code: abi.InvalidArgument},
 		{name: "block size garbage", config: with(configBlockSize, "big"), code: abi.InvalidArgument},
 		{name: "bad fs type", config: with(configFsType, "ntfs"), code: abi.InvalidArgument},
-		{name: "relative device", config: with(configData, "data"), code: abi.InvalidArgument},
+		{name: "relative device", config: with(configData, "files/data"), code: abi.InvalidArgument},
+		{name: "bare name is in the state folder", config: with(configData, "data"), code: abi.NotFound},
+		{name: "tiny data size", config: with(configDataSize, "1Ki"), code: abi.InvalidArgument},
 		{name: "unclean device", config: with(configData, "/files/../files/data"), code: abi.InvalidArgument},
 		{name: "no metadata device", config: with(configMeta, ""), code: abi.InvalidArgument},
 		{name: "same device twice", config: with(configMeta, "/files/data"), code: abi.InvalidArgument},
@@ -746,5 +748,30 @@ func TestOwners(t *testing.T) {
 	}
 	if len(seen) < 990 {
 		t.Errorf("1000 names share %d home slots", len(seen))
+	}
+}
+
+// A module refused at load leaves no loop devices behind.
+func TestRefusedConfigureReleasesLoops(t *testing.T) {
+	f := newSystem(t)
+	f.failNext(abi.HostCallDmPoolOpen, abi.Errorf(abi.Unavailable, "device-mapper is not available"))
+	err := New().Configure(&abi.ConfigureRequest{Config: testConfig(), Roots: testRoots, NodeID: testNode, Role: "all"})
+	wantCode(t, "configure without device-mapper", err, abi.Unavailable)
+	if len(f.loops) != 0 {
+		t.Fatalf("loop devices left attached: %v", f.loops)
+	}
+}
+
+// data_size creates a missing development pool file.
+func TestDataSizeCreatesFile(t *testing.T) {
+	f := newSystem(t)
+	delete(f.files, "/files/data")
+	c := testConfig()
+	c[configDataSize] = "64Mi"
+	if err := New().Configure(&abi.ConfigureRequest{Config: c, Roots: testRoots, NodeID: testNode, Role: "all"}); err != nil {
+		t.Fatal(err)
+	}
+	if f.files["/files/data"] != 64*mib {
+		t.Fatalf("data file: %d bytes", f.files["/files/data"])
 	}
 }

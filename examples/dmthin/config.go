@@ -16,6 +16,8 @@ const (
 	configMeta      = "metadata_device" // block device, or a file attached as a loop device
 	configBlockSize = "block_size"      // data block size: bytes or with Ki/Mi/Gi; 64Ki to 1Gi
 	configFsType    = "fs_type"         // default filesystem of mount volumes
+	configDataSize  = "data_size"       // create the data file of this size when missing (development)
+	configMetaSize  = "metadata_size"   // create the metadata file of this size when missing
 )
 
 // TopologyKey is the segment that pins a volume to the node holding its pool.
@@ -61,8 +63,10 @@ func fsMinimum(fs string) int64 {
 type config struct {
 	state     string // the first granted root: the record folder
 	pool      string
-	data      string // as configured
+	data      string // as configured; a bare file name is in the state folder
 	meta      string
+	dataSize  int64 // > 0: create the data file when missing
+	metaSize  int64
 	blockSize int64 // 0: the pool's own (or the default for a new pool)
 	fsType    string
 	node      string
@@ -95,16 +99,21 @@ func (b *Backend) Configure(req *abi.ConfigureRequest) error {
 	if err != nil {
 		return err
 	}
-	data, err := attachDevice(c.data, configData)
+	data, err := attachDevice(c.data, configData, c.dataSize)
 	if err != nil {
 		return err
 	}
-	meta, err := attachDevice(c.meta, configMeta)
+	meta, err := attachDevice(c.meta, configMeta, c.metaSize)
 	if err != nil {
+		releaseDevice(c.data, data)
 		return err
 	}
 	resp, err := openPool(c, data, meta)
 	if err != nil {
+		// A refused module leaves no loop devices behind; a pool that is
+		// open holds its devices, and loop_detach refuses those.
+		releaseDevice(c.data, data)
+		releaseDevice(c.meta, meta)
 		return wrap(err, "open thin pool ", c.pool, " (data ", data, ", metadata ", meta, ")")
 	}
 	if resp.BlockSectors == 0 {
@@ -157,6 +166,16 @@ func parseConfig(req *abi.ConfigureRequest) (config, error) {
 					": want a multiple of 64Ki from 64Ki to 1Gi (e.g. 64Ki, 1Mi)")
 			}
 			c.blockSize = n
+		case configDataSize, configMetaSize:
+			n, ok := sdk.ParseSize(v)
+			if !ok || n < 2*sdk.MiB {
+				return c, errorf(abi.InvalidArgument, "config ", k, " = ", strconv.Quote(v), ": want a size of at least 2Mi (e.g. 1Gi)")
+			}
+			if k == configDataSize {
+				c.dataSize = n
+			} else {
+				c.metaSize = n
+			}
 		case configFsType:
 			if !isFsType(v) {
 				return c, errorf(abi.InvalidArgument, "config ", configFsType, " = ", strconv.Quote(v), ": want one of ", strings.Join(fsTypes, ", "))
@@ -164,11 +183,17 @@ func parseConfig(req *abi.ConfigureRequest) (config, error) {
 			c.fsType = v
 		default:
 			return c, errorf(abi.InvalidArgument, "unknown config key ", strconv.Quote(k), " (known: ",
-				configPool, ", ", configData, ", ", configMeta, ", ", configBlockSize, ", ", configFsType, ")")
+				configPool, ", ", configData, ", ", configMeta, ", ", configDataSize, ", ", configMetaSize, ", ", configBlockSize, ", ", configFsType, ")")
 		}
 	}
 	if err := checkPoolName(c.pool, c.prefixes); err != nil {
 		return c, err
+	}
+	// A bare file name is a file in the state folder (development pools).
+	for _, p := range []*string{&c.data, &c.meta} {
+		if *p != "" && !strings.Contains(*p, "/") {
+			*p = c.state + "/" + *p
+		}
 	}
 	for _, d := range []struct{ key, path string }{{configData, c.data}, {configMeta, c.meta}} {
 		if d.path == "" || !strings.HasPrefix(d.path, "/") || cleanPath(d.path) != d.path {
@@ -208,15 +233,29 @@ func checkPoolName(pool string, prefixes []string) error {
 // attachDevice returns the block device for a configured path: a path
 // under /dev/ is used as it is; anything else is a file in a granted
 // folder, attached as a loop device (or found attached already).
-func attachDevice(path, key string) (string, error) {
+func attachDevice(path, key string, size int64) (string, error) {
 	if strings.HasPrefix(path, "/dev/") {
 		return path, nil
+	}
+	if size > 0 {
+		// Sparse; a file already there of that size is fine.
+		err := hostcall.FileCreate(&abi.FileCreateRequest{Path: path, SizeBytes: size})
+		if err != nil && abi.CodeOf(err) != abi.AlreadyExists {
+			return "", wrap(err, "config ", key, ": create ", path)
+		}
 	}
 	d, err := hostcall.LoopAttach(&abi.LoopAttachRequest{File: path, DirectIO: true})
 	if err != nil {
 		return "", wrap(err, "config ", key, ": attach ", path, " as a loop device")
 	}
 	return d.Path, nil
+}
+
+// releaseDevice detaches the loop device attachDevice made for a file.
+func releaseDevice(path, dev string) {
+	if !strings.HasPrefix(path, "/dev/") && dev != path {
+		_ = hostcall.LoopDetach(dev)
+	}
 }
 
 // openPool opens the pool, creating it when its metadata is blank. With no

@@ -58,6 +58,7 @@ func newFakeSystem() *fakeSystem {
 	moduletest.HandleTyped(h, "file", abi.HostCallFileRemove, guard(f, abi.HostCallFileRemove, f.fileRemove))
 	moduletest.HandleTyped(h, "file", abi.HostCallFileStat, guard(f, abi.HostCallFileStat, f.fileStat))
 	moduletest.HandleTyped(h, "loop", abi.HostCallLoopAttach, guard(f, abi.HostCallLoopAttach, f.loopAttach))
+	moduletest.HandleTyped(h, "loop", abi.HostCallLoopDetach, guard(f, abi.HostCallLoopDetach, f.loopDetach))
 	moduletest.HandleTyped(h, "dm", abi.HostCallDmPoolOpen, guard(f, abi.HostCallDmPoolOpen, f.poolOpen))
 	moduletest.HandleTyped(h, "dm", abi.HostCallDmPoolStatus, guard(f, abi.HostCallDmPoolStatus, f.poolStatus))
 	moduletest.HandleTyped(h, "dm", abi.HostCallDmThinCreate, guard(f, abi.HostCallDmThinCreate, f.thinCreate))
@@ -140,6 +141,15 @@ func (f *fakeSystem) loopAttach(r *abi.LoopAttachRequest) (*abi.LoopDevice, erro
 		f.loops[r.File] = dev
 	}
 	return &abi.LoopDevice{Path: dev, File: r.File, SizeBytes: f.files[r.File]}, nil
+}
+
+func (f *fakeSystem) loopDetach(r *abi.LoopDeviceRequest) (*abi.Empty, error) {
+	for file, dev := range f.loops {
+		if dev == r.Device {
+			delete(f.loops, file)
+		}
+	}
+	return &abi.Empty{}, nil
 }
 
 func (f *fakeSystem) poolOpen(r *abi.DmPoolOpenRequest) (*abi.DmPoolOpenResponse, error) {

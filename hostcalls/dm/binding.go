@@ -86,7 +86,7 @@ func poolOpen(ctx context.Context, env *hostcalls.Env, req *abi.DmPoolOpenReques
 			}
 			formatted = true
 			if env.Log != nil {
-				env.Log.Info("dm pool formatted", "module", env.Module, "pool", req.Pool, "metadata", meta, "data", data)
+				env.Log.Info("dm pool formatted", "pool", req.Pool, "metadata", meta, "data", data)
 			}
 		}
 	}

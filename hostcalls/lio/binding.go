@@ -107,7 +107,7 @@ func (b *binder) lunCreate(ctx context.Context, env *hostcalls.Env, req *abi.Lio
 		return nil, err
 	}
 	if env.Log != nil {
-		env.Log.Info("lio LUN created", "module", env.Module, "target", req.Target, "lun", req.LUN, "path", req.Path)
+		env.Log.Info("lio LUN created", "target", req.Target, "lun", req.LUN, "path", req.Path)
 	}
 	return &abi.Empty{}, nil
 }
@@ -128,7 +128,7 @@ func (b *binder) lunDelete(ctx context.Context, env *hostcalls.Env, req *abi.Lio
 		}
 		if bs != nil && path != filepath.Clean(req.Path) {
 			if env.Log != nil {
-				env.Log.Info("lio_lun_delete: LUN serves another backing store; left alone", "module", env.Module,
+				env.Log.Info("lio_lun_delete: LUN serves another backing store; left alone",
 					"target", req.Target, "lun", req.LUN, "path", req.Path)
 			}
 			return &abi.Empty{}, nil
@@ -174,7 +174,7 @@ func (b *binder) lunResize(ctx context.Context, env *hostcalls.Env, req *abi.Lio
 		return nil, err
 	}
 	if env.Log != nil {
-		env.Log.Info("lio LUN resized", "module", env.Module, "target", req.Target, "lun", req.LUN, "bytes", req.SizeBytes)
+		env.Log.Info("lio LUN resized", "target", req.Target, "lun", req.LUN, "bytes", req.SizeBytes)
 	}
 	return &abi.Empty{}, nil
 }

@@ -43,7 +43,7 @@ func attachCall(ctx context.Context, env *hostcalls.Env, req *abi.LoopAttachRequ
 		return nil, err
 	}
 	if env.Log != nil {
-		env.Log.Info("loop device attached", "module", env.Module, "device", d.Path, "file", d.BackingFile)
+		env.Log.Info("loop device attached", "device", d.Path, "file", d.BackingFile)
 	}
 	w := wireDevice(d)
 	return &w, nil
@@ -92,7 +92,7 @@ func detachCall(ctx context.Context, env *hostcalls.Env, req *abi.LoopDeviceRequ
 		return nil, err
 	}
 	if env.Log != nil {
-		env.Log.Info("loop device detached", "module", env.Module, "device", d.Path, "file", d.BackingFile)
+		env.Log.Info("loop device detached", "device", d.Path, "file", d.BackingFile)
 	}
 	return &abi.Empty{}, nil
 }

@@ -43,7 +43,7 @@ func bindCall(ctx context.Context, env *hostcalls.Env, req *abi.MountBindRequest
 		return nil, err
 	}
 	if env.Log != nil && did {
-		env.Log.Info("bind mounted", "module", env.Module, "source", src, "target", target, "read_only", req.ReadOnly)
+		env.Log.Info("bind mounted", "source", src, "target", target, "read_only", req.ReadOnly)
 	}
 	return &abi.MountChange{Changed: did}, nil
 }
@@ -62,7 +62,7 @@ func unmountCall(ctx context.Context, env *hostcalls.Env, req *abi.MountUnmountR
 		return nil, err
 	}
 	if env.Log != nil && did {
-		env.Log.Info("unmounted", "module", env.Module, "target", target, "lazy", req.Lazy)
+		env.Log.Info("unmounted", "target", target, "lazy", req.Lazy)
 	}
 	return &abi.MountChange{Changed: did}, nil
 }
