@@ -102,7 +102,17 @@ func Load(fs *pflag.FlagSet, environ []string) (*Config, error) {
 	}
 	if fs != nil {
 		if path, _ := fs.GetString("config"); path != "" {
-			if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+			fk := koanf.New(".")
+			if err := fk.Load(file.Provider(path), yaml.Parser()); err != nil {
+				return nil, fmt.Errorf("config file %s: %w", path, err)
+			}
+			// An operator's module list replaces the embedded one instead
+			// of merging with it: a module the file does not grant must not
+			// be granted by the defaults.
+			if fk.Exists("modules") {
+				k.Delete("modules")
+			}
+			if err := k.Merge(fk); err != nil {
 				return nil, fmt.Errorf("config file %s: %w", path, err)
 			}
 		}

@@ -88,3 +88,23 @@ func TestRootsKeepPortalsAndPrefixes(t *testing.T) {
 		t.Errorf("path roots: %v", got[5:])
 	}
 }
+
+// A file that lists modules replaces the embedded list.
+func TestFileModulesReplaceDefaults(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("modules:\n  localdir:\n    hostcalls: [dir]\n    roots: [/srv/pool]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	Flags(fs)
+	if err := fs.Parse([]string{"--config", file}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(fs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Modules) != 1 || len(c.Modules["localdir"].Roots) != 1 || c.Modules["localdir"].Roots[0] != "/srv/pool" {
+		t.Fatalf("modules: %+v", c.Modules)
+	}
+}
