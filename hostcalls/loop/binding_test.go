@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/wasmcsi/wasmcsi/hostcalls/hostcalltest"
+
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
@@ -16,24 +18,7 @@ import (
 // the answer into resp.
 func hostCall(t *testing.T, env *hostcalls.Env, name string, req, resp hostcalls.Message) error {
 	t.Helper()
-	for _, f := range loop.Bindings() {
-		if f.Name != name {
-			continue
-		}
-		if f.Family != loop.Family {
-			t.Fatalf("%s has family %q", name, f.Family)
-		}
-		out, err := f.Call(context.Background(), env, req.AppendWire(nil))
-		if err != nil {
-			return err
-		}
-		if err := resp.UnmarshalWire(out); err != nil {
-			t.Fatalf("%s answered undecodable bytes: %v", name, err)
-		}
-		return nil
-	}
-	t.Fatalf("no binding %s", name)
-	return nil
+	return hostcalltest.Call(t, loop.Bindings(), loop.Family, env, name, req, resp)
 }
 
 func TestBindings(t *testing.T) {

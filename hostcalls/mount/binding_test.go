@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/wasmcsi/wasmcsi/hostcalls/hostcalltest"
+
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
@@ -16,24 +18,7 @@ import (
 // the answer into resp.
 func hostCall(t *testing.T, env *hostcalls.Env, name string, req, resp hostcalls.Message) error {
 	t.Helper()
-	for _, f := range mount.Bindings() {
-		if f.Name != name {
-			continue
-		}
-		if f.Family != mount.Family {
-			t.Fatalf("%s has family %q", name, f.Family)
-		}
-		out, err := f.Call(context.Background(), env, req.AppendWire(nil))
-		if err != nil {
-			return err
-		}
-		if err := resp.UnmarshalWire(out); err != nil {
-			t.Fatalf("%s answered undecodable bytes: %v", name, err)
-		}
-		return nil
-	}
-	t.Fatalf("no binding %s", name)
-	return nil
+	return hostcalltest.Call(t, mount.Bindings(), mount.Family, env, name, req, resp)
 }
 
 func TestBindings(t *testing.T) {
