@@ -129,3 +129,21 @@ func IsRoot(env *Env, dir string) bool {
 	}
 	return false
 }
+
+// PoolPair is PoolPath for a copy within one pool: both paths must lie
+// directly in the same granted pool folder. It answers that folder and the
+// two names; the caller validates the names.
+func PoolPair(env *Env, source, target, what string) (root, src, dst string, err error) {
+	srcRoot, src, err := PoolPath(env, source, what)
+	if err != nil {
+		return "", "", "", err
+	}
+	dstRoot, dst, err := PoolPath(env, target, what)
+	if err != nil {
+		return "", "", "", err
+	}
+	if srcRoot != dstRoot {
+		return "", "", "", abi.Errorf(abi.InvalidArgument, "source and target must be in the same pool folder")
+	}
+	return srcRoot, src, dst, nil
+}

@@ -64,3 +64,22 @@ func TestTypedRejectsGarbage(t *testing.T) {
 		t.Errorf("round trip: %v %v", err, resp)
 	}
 }
+
+func TestPoolPair(t *testing.T) {
+	env := &Env{Roots: []string{"/pool/a", "/pool/b"}}
+	if root, src, dst, err := PoolPair(env, "/pool/a/v1", "/pool/a/v2", "file"); err != nil || root != "/pool/a" || src != "v1" || dst != "v2" {
+		t.Errorf("PoolPair = %q %q %q %v", root, src, dst, err)
+	}
+	for _, tc := range []struct {
+		src, dst string
+		code     abi.Code
+	}{
+		{"/pool/a/v1", "/pool/b/v2", abi.InvalidArgument}, // two pools
+		{"/pool/a/v1", "/etc/v2", abi.PermissionDenied},
+		{"/pool/a/sub/v1", "/pool/a/v2", abi.InvalidArgument},
+	} {
+		if _, _, _, err := PoolPair(env, tc.src, tc.dst, "file"); abi.CodeOf(err) != tc.code {
+			t.Errorf("PoolPair(%q, %q): %v, want %s", tc.src, tc.dst, err, tc.code)
+		}
+	}
+}

@@ -41,19 +41,16 @@ func removeCall(ctx context.Context, env *hostcalls.Env, req *abi.DirRequest) (*
 }
 
 func copyCall(ctx context.Context, env *hostcalls.Env, req *abi.DirCopyRequest) (*abi.Empty, error) {
-	srcRoot, src, err := split(env, req.Source)
+	root, src, dst, err := hostcalls.PoolPair(env, req.Source, req.Target, "directory")
 	if err != nil {
-		return nil, fmt.Errorf("copy %s: %w", req.Source, err)
+		return nil, fmt.Errorf("copy %s to %s: %w", req.Source, req.Target, err)
 	}
-	dstRoot, dst, err := split(env, req.Target)
-	if err != nil {
-		return nil, fmt.Errorf("copy to %s: %w", req.Target, err)
+	for _, name := range []string{src, dst} {
+		if err := ValidName(name); err != nil {
+			return nil, fmt.Errorf("copy %s to %s: %w", req.Source, req.Target, err)
+		}
 	}
-	if srcRoot != dstRoot {
-		return nil, fmt.Errorf("copy %s to %s: %w", req.Source, req.Target,
-			abi.Errorf(abi.InvalidArgument, "source and target must be in the same pool folder"))
-	}
-	p, err := Open(srcRoot)
+	p, err := Open(root)
 	if err != nil {
 		return nil, err
 	}

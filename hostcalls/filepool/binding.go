@@ -62,19 +62,16 @@ func removeCall(ctx context.Context, env *hostcalls.Env, req *abi.FileRequest) (
 }
 
 func cloneCall(ctx context.Context, env *hostcalls.Env, req *abi.FileCloneRequest) (*abi.Empty, error) {
-	srcRoot, src, err := split(env, req.Source)
+	root, src, dst, err := hostcalls.PoolPair(env, req.Source, req.Target, "file")
 	if err != nil {
-		return nil, fmt.Errorf("clone %s: %w", req.Source, err)
+		return nil, fmt.Errorf("clone %s to %s: %w", req.Source, req.Target, err)
 	}
-	dstRoot, dst, err := split(env, req.Target)
-	if err != nil {
-		return nil, fmt.Errorf("clone to %s: %w", req.Target, err)
+	for _, name := range []string{src, dst} {
+		if err := checkName(name); err != nil {
+			return nil, fmt.Errorf("clone %s to %s: %w", req.Source, req.Target, err)
+		}
 	}
-	if srcRoot != dstRoot {
-		return nil, fmt.Errorf("clone %s to %s: %w", req.Source, req.Target,
-			abi.Errorf(abi.InvalidArgument, "source and target must be in the same pool folder"))
-	}
-	p, err := Open(srcRoot)
+	p, err := Open(root)
 	if err != nil {
 		return nil, err
 	}
