@@ -65,15 +65,13 @@ func (s *Server) confineDevice(ctx context.Context, b *backend, dev string) (rea
 		return "", "", errf(codes.Internal, "backend %q named %q, which is not a block device", b.name, dev)
 	}
 	if strings.HasPrefix(filepath.Base(real), "loop") {
-		devs, err := loop.List(ctx)
+		d, bound, err := loop.Status(ctx, real)
 		if err != nil {
 			return "", "", err
 		}
-		for _, d := range devs {
-			if d.Path == real {
-				if _, err := hostcalls.Confine(roots, d.BackingFile, false); err == nil {
-					return real, fmt.Sprintf("%d:%d", d.Dev, d.Inode), nil
-				}
+		if bound {
+			if _, err := hostcalls.Confine(roots, d.BackingFile, false); err == nil {
+				return real, fmt.Sprintf("%d:%d", d.Dev, d.Inode), nil
 			}
 		}
 	}

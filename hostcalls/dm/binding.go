@@ -3,6 +3,7 @@ package dm
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/wasmcsi/wasmcsi/abi"
@@ -111,15 +112,12 @@ func poolDevice(ctx context.Context, roots []string, dev string) (string, error)
 	if err == nil {
 		return clean, nil
 	}
-	devs, lerr := loop.List(ctx)
-	if lerr != nil {
+	if !strings.HasPrefix(filepath.Base(dev), "loop") {
 		return "", err
 	}
-	for _, d := range devs {
-		if d.Path == dev {
-			if _, ferr := hostcalls.Confine(roots, d.BackingFile, false); ferr == nil {
-				return dev, nil
-			}
+	if d, bound, lerr := loop.Status(ctx, dev); lerr == nil && bound {
+		if _, ferr := hostcalls.Confine(roots, d.BackingFile, false); ferr == nil {
+			return dev, nil
 		}
 	}
 	return "", err

@@ -34,6 +34,16 @@ func List(ctx context.Context) ([]Device, error) {
 	return devs, nil
 }
 
+// Status describes one loop device; bound is false when no file backs it
+// (or the node does not exist). It reads only that device, where List
+// walks them all.
+func Status(ctx context.Context, dev string) (d Device, bound bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return Device{}, false, err
+	}
+	return readDevice(dev)
+}
+
 // find returns the first bound device that match accepts.
 func find(ctx context.Context, match func(Device) bool) (Device, bool, error) {
 	var found Device

@@ -416,3 +416,19 @@ func readAt(t *testing.T, path string, b []byte, off int64) {
 		t.Fatal(err)
 	}
 }
+
+func TestStatus(t *testing.T) {
+	looptest.Require(t)
+	ctx := context.Background()
+	dev, file := looptest.Device(t, 8<<20)
+	d, bound, err := loop.Status(ctx, dev)
+	if err != nil || !bound || d.BackingFile != file || d.SizeBytes != 8<<20 {
+		t.Fatalf("Status(%s) = %+v, %v, %v", dev, d, bound, err)
+	}
+	if err := loop.Detach(ctx, dev); err != nil {
+		t.Fatal(err)
+	}
+	if _, bound, err := loop.Status(ctx, dev); err != nil || bound {
+		t.Fatalf("detached device: bound %v, %v", bound, err)
+	}
+}
