@@ -3,6 +3,9 @@ package host
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -233,4 +236,26 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// Describe returns one line per loaded backend: what it is and offers.
+func (s *Server) Describe() []string {
+	var out []string
+	for _, b := range s.backends.Load().all() {
+		var ops []string
+		for op := range b.ops {
+			ops = append(ops, string(op))
+		}
+		slices.Sort(ops)
+		out = append(out, fmt.Sprintf("%s %s sha256:%s mount=%v block=%v fs=%v modes=%v granularity=%d ops=%s",
+			b.name, b.info.Version, b.mod.Digest(), b.info.Mount, b.info.Block, b.info.FsTypes, b.info.AccessModes, b.info.Granularity, strings.Join(ops, ",")))
+	}
+	return out
+}
+
+// heldByDevice reports whether another block device (device-mapper, md)
+// holds dev, as sysfs's holders folder shows.
+func heldByDevice(dev string) bool {
+	holders, err := os.ReadDir("/sys/class/block/" + filepath.Base(dev) + "/holders")
+	return err == nil && len(holders) > 0
 }
