@@ -11,9 +11,14 @@ import (
 // Family is the grant that allows the dir host calls.
 const Family = "dir"
 
+// pools holds the open pool of every root a dir host call has used, so a
+// call neither reopens its root nor probes its quota state again, and calls
+// on one root share the pool's project ID lock.
+var pools = hostcalls.NewPools(Open, (*Pool).Close)
+
 // Bindings returns the "dir" host calls (see abi/hc_dir.go). The caller's
 // roots are pool folders; every directory a call names lives directly in
-// one. Each call opens the pool for its own duration.
+// one.
 func Bindings() []hostcalls.Func {
 	return []hostcalls.Func{
 		hostcalls.Typed(Family, abi.HostCallDirCreate, createCall),
@@ -50,11 +55,11 @@ func copyCall(ctx context.Context, env *hostcalls.Env, req *abi.DirCopyRequest) 
 			return nil, fmt.Errorf("copy %s to %s: %w", req.Source, req.Target, err)
 		}
 	}
-	p, err := Open(root)
+	p, release, err := pools.Acquire(root)
 	if err != nil {
 		return nil, err
 	}
-	defer p.Close()
+	defer release()
 	if err := p.Copy(ctx, src, dst); err != nil {
 		return nil, err
 	}
@@ -69,11 +74,11 @@ func statfsCall(ctx context.Context, env *hostcalls.Env, req *abi.DirRequest) (*
 	}
 	var s Stats
 	if hostcalls.IsRoot(env, clean) {
-		p, err := Open(clean)
+		p, release, err := pools.Acquire(clean)
 		if err != nil {
 			return nil, err
 		}
-		defer p.Close()
+		defer release()
 		if s, err = p.Statfs(ctx); err != nil {
 			return nil, err
 		}
@@ -117,11 +122,11 @@ func quotaSupportedCall(ctx context.Context, env *hostcalls.Env, req *abi.DirReq
 	if !hostcalls.IsRoot(env, root) {
 		return nil, fmt.Errorf("quota support of %s: %w", req.Path, abi.Errorf(abi.InvalidArgument, "not a granted pool folder"))
 	}
-	p, err := Open(root)
+	p, release, err := pools.Acquire(root)
 	if err != nil {
 		return nil, err
 	}
-	defer p.Close()
+	defer release()
 	return &abi.DirQuotaSupport{Supported: p.QuotaSupported(), Reason: p.noQuota}, nil
 }
 
@@ -131,18 +136,18 @@ func existsCall(ctx context.Context, env *hostcalls.Env, req *abi.DirRequest) (*
 	})
 }
 
-// withDir opens the pool that holds path and runs fn with the directory's
+// withDir acquires the pool that holds path and runs fn with the directory's
 // name.
 func withDir[R any](env *hostcalls.Env, path string, fn func(p *Pool, name string) (*R, error)) (*R, error) {
 	root, name, err := split(env, path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	p, err := Open(root)
+	p, release, err := pools.Acquire(root)
 	if err != nil {
 		return nil, err
 	}
-	defer p.Close()
+	defer release()
 	resp, err := fn(p, name)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,11 @@ import (
 // Family is the grant that allows the file host calls.
 const Family = "file"
 
+// pools holds the open pool of every root a file host call has used, so a
+// call does not reopen its root, and what a pool learns about its
+// filesystem (no O_TMPFILE, say) is learnt once.
+var pools = hostcalls.NewPools(Open, (*Pool).Close)
+
 // Bindings returns the "file" host calls (see abi/hc_file.go). The caller's
 // roots are pool folders; every file a call names lives directly in one.
 func Bindings() []hostcalls.Func {
@@ -71,11 +76,11 @@ func cloneCall(ctx context.Context, env *hostcalls.Env, req *abi.FileCloneReques
 			return nil, fmt.Errorf("clone %s to %s: %w", req.Source, req.Target, err)
 		}
 	}
-	p, err := Open(root)
+	p, release, err := pools.Acquire(root)
 	if err != nil {
 		return nil, err
 	}
-	defer p.Close()
+	defer release()
 	if err := p.Clone(ctx, src, dst); err != nil {
 		return nil, err
 	}
@@ -100,11 +105,11 @@ func statfsCall(ctx context.Context, env *hostcalls.Env, req *abi.FileRequest) (
 	if !hostcalls.IsRoot(env, root) {
 		return nil, fmt.Errorf("statfs %s: %w", req.Path, abi.Errorf(abi.InvalidArgument, "not a granted pool folder"))
 	}
-	p, err := Open(root)
+	p, release, err := pools.Acquire(root)
 	if err != nil {
 		return nil, err
 	}
-	defer p.Close()
+	defer release()
 	u, err := p.Statfs(ctx)
 	if err != nil {
 		return nil, err
@@ -115,17 +120,17 @@ func statfsCall(ctx context.Context, env *hostcalls.Env, req *abi.FileRequest) (
 	}, nil
 }
 
-// withFile opens the pool that holds path and runs fn with the file's name.
+// withFile acquires the pool that holds path and runs fn with the file's name.
 func withFile[R any](env *hostcalls.Env, path string, fn func(p *Pool, name string) (*R, error)) (*R, error) {
 	root, name, err := split(env, path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	p, err := Open(root)
+	p, release, err := pools.Acquire(root)
 	if err != nil {
 		return nil, err
 	}
-	defer p.Close()
+	defer release()
 	resp, err := fn(p, name)
 	if err != nil {
 		return nil, err
