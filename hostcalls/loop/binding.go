@@ -104,22 +104,16 @@ func grantedDevice(ctx context.Context, env *hostcalls.Env, dev string) (Device,
 	if err := checkDevicePath(dev); err != nil {
 		return Device{}, false, err
 	}
-	devs, err := List(ctx)
-	if err != nil {
+	d, bound, err := Status(ctx, dev)
+	if err != nil || !bound {
 		return Device{}, false, err
 	}
-	for _, d := range devs {
-		if d.Path != dev {
-			continue
-		}
-		// The kernel's path is resolved (no symlinks) and follows
-		// renames, so a lexical check is exact here.
-		if _, err := hostcalls.Confine(env.Roots, d.BackingFile, false); err != nil {
-			return Device{}, false, abi.Errorf(abi.PermissionDenied, "the device's backing file is outside the granted roots")
-		}
-		return d, true, nil
+	// The kernel's path is resolved (no symlinks) and follows renames, so
+	// a lexical check is exact here.
+	if _, err := hostcalls.Confine(env.Roots, d.BackingFile, false); err != nil {
+		return Device{}, false, abi.Errorf(abi.PermissionDenied, "the device's backing file is outside the granted roots")
 	}
-	return Device{}, false, nil
+	return d, true, nil
 }
 
 // openConfined opens path, which must lie inside one of roots, relative to

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,6 +19,34 @@ const deletedSuffix = " (deleted)"
 type fileID struct{ dev, ino uint64 }
 
 func (id fileID) matches(d Device) bool { return d.Dev == id.dev && d.Inode == id.ino }
+
+// hints remembers, per backing file (fileID), the device this process last
+// attached or found it on, so that Find and Attach of an attached file
+// check that one device instead of walking every loop device. A hint is
+// only a guess: it is checked against the kernel before it is used, and a
+// wrong or missing one falls back to the walk, so devices attached or
+// detached by others (or before a restart) are still found.
+var hints sync.Map // fileID -> device path
+
+// findFile returns the bound device backing the file id that match
+// accepts, trying the hint first.
+func findFile(ctx context.Context, id fileID, match func(Device) bool) (Device, bool, error) {
+	if v, ok := hints.Load(id); ok {
+		if err := ctx.Err(); err != nil {
+			return Device{}, false, err
+		}
+		d, bound, err := readDevice(v.(string))
+		if err == nil && bound && id.matches(d) && match(d) {
+			return d, true, nil
+		}
+		hints.CompareAndDelete(id, v)
+	}
+	d, ok, err := find(ctx, func(d Device) bool { return id.matches(d) && match(d) })
+	if ok {
+		hints.Store(id, d.Path)
+	}
+	return d, ok, err
+}
 
 // List returns every bound loop device, ordered by device number, whoever
 // attached it. The daemon uses it at start-up to reconcile devices with its

@@ -114,7 +114,7 @@ func AttachFile(ctx context.Context, f *os.File, opts Options) (Device, error) {
 	defer unlock()
 
 	id := fileID{dev: st.Dev, ino: st.Ino}
-	existing, found, err := find(ctx, func(d Device) bool { return id.matches(d) && !d.AutoClear })
+	existing, found, err := findFile(ctx, id, func(d Device) bool { return !d.AutoClear })
 	if err != nil {
 		return Device{}, fmt.Errorf("attach %s: %w", name, err)
 	}
@@ -137,6 +137,7 @@ func AttachFile(ctx context.Context, f *os.File, opts Options) (Device, error) {
 	if err != nil {
 		return Device{}, fmt.Errorf("attach %s: %w", name, err)
 	}
+	hints.Store(id, dev.Path)
 	return dev, nil
 }
 
@@ -215,8 +216,11 @@ func Find(ctx context.Context, file string) (Device, bool, error) {
 	var match func(Device) bool
 	switch {
 	case err == nil:
-		id := fileID{dev: st.Dev, ino: st.Ino}
-		match = id.matches
+		d, ok, err := findFile(ctx, fileID{dev: st.Dev, ino: st.Ino}, func(Device) bool { return true })
+		if err != nil {
+			return Device{}, false, fmt.Errorf("find %s: %w", file, err)
+		}
+		return d, ok, nil
 	case errors.Is(err, unix.ENOENT):
 		match = func(d Device) bool { return d.BackingDeleted && d.BackingFile == file }
 	default:
@@ -236,7 +240,7 @@ func FindFile(ctx context.Context, f *os.File) (Device, bool, error) {
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return Device{}, false, fmt.Errorf("find %s: stat: %w", f.Name(), err)
 	}
-	d, ok, err := find(ctx, fileID{dev: st.Dev, ino: st.Ino}.matches)
+	d, ok, err := findFile(ctx, fileID{dev: st.Dev, ino: st.Ino}, func(Device) bool { return true })
 	if err != nil {
 		return Device{}, false, fmt.Errorf("find %s: %w", f.Name(), err)
 	}

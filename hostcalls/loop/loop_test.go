@@ -432,3 +432,46 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("detached device: bound %v, %v", bound, err)
 	}
 }
+
+// Find remembers the device it saw a file on; when that device is
+// detached and reused for another file meanwhile, Find of the first file
+// must not believe the stale memory.
+func TestFindAfterDeviceReused(t *testing.T) {
+	looptest.Require(t)
+	ctx := context.Background()
+	first := looptest.SparseFile(t, 4*mib)
+	d, err := loop.Attach(ctx, first, loop.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found, ok, err := loop.Find(ctx, first); err != nil || !ok || found.Path != d.Path {
+		t.Fatalf("find = %+v, %v, %v; want %s", found, ok, err, d.Path)
+	}
+	if err := loop.Detach(ctx, d.Path); err != nil {
+		t.Fatal(err)
+	}
+	// LOOP_CTL_GET_FREE hands out the lowest free device: usually the one
+	// just freed.
+	second := looptest.SparseFile(t, 4*mib)
+	d2 := attach(t, second, loop.Options{})
+	if found, ok, err := loop.Find(ctx, first); err != nil || ok {
+		t.Fatalf("find of a detached file = %+v, %v, %v; want not found (device %s now backs another file)", found, ok, err, d2.Path)
+	}
+	f, err := os.Open(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if found, ok, err := loop.FindFile(ctx, f); err != nil || ok {
+		t.Fatalf("FindFile of a detached file = %+v, %v, %v; want not found", found, ok, err)
+	}
+	// Attaching the first file again gets a device of its own, not the
+	// second file's.
+	d3 := attach(t, first, loop.Options{})
+	if d3.Path == d2.Path {
+		t.Fatalf("the first file was attached to %s, the second file's device", d3.Path)
+	}
+	if found, ok, err := loop.Find(ctx, second); err != nil || !ok || found.Path != d2.Path {
+		t.Fatalf("find of the second file = %+v, %v, %v; want %s", found, ok, err, d2.Path)
+	}
+}
