@@ -1,10 +1,6 @@
 package state
 
-import (
-	"fmt"
-
-	bolt "go.etcd.io/bbolt"
-)
+import "fmt"
 
 const groupNameField = 2
 
@@ -24,7 +20,7 @@ func (s *Store) PutGroup(g Group) error {
 	if err != nil {
 		return fmt.Errorf("put group %s: %w", g.ID, invalid(err))
 	}
-	err = s.write(func(tx *bolt.Tx) error {
+	err = s.write(func(tx *txn) error {
 		groups := tx.Bucket(bucketGroups)
 		id := []byte(g.ID)
 		index, err := nameIndex(tx.Bucket(bucketGroupNames), g.ID, g.Name, groups.Get(id), groupNameField)
@@ -64,7 +60,7 @@ func (s *Store) GetGroup(id string) (Group, error) {
 func (s *Store) GroupByName(name string) (Group, error) {
 	var g Group
 	var found bool
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *txn) error {
 		id := tx.Bucket(bucketGroupNames).Get([]byte(name))
 		if id == nil {
 			return nil
@@ -92,7 +88,7 @@ func (s *Store) GroupByName(name string) (Group, error) {
 // DeleteGroup removes the group and its name index entry, or returns
 // ErrNotFound. Its member snapshots stay.
 func (s *Store) DeleteGroup(id string) error {
-	err := s.write(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *txn) error {
 		groups := tx.Bucket(bucketGroups)
 		old := groups.Get([]byte(id))
 		if old == nil {
@@ -112,7 +108,7 @@ func (s *Store) DeleteGroup(id string) error {
 // ListGroups returns up to max groups (0: all) in ID order, starting at
 // startToken, and the token of the next page, "" after the last.
 func (s *Store) ListGroups(startToken string, max int) (groups []Group, next string, err error) {
-	next, err = s.page(listGroups, bucketGroups, nil, startToken, max, func(_ *bolt.Tx, k, b []byte) error {
+	next, err = s.page(listGroups, bucketGroups, nil, startToken, max, func(_ *txn, k, b []byte) error {
 		g, err := decodeGroup(b)
 		if err != nil {
 			return corrupt("group", string(k), err)

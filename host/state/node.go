@@ -1,10 +1,6 @@
 package state
 
-import (
-	"fmt"
-
-	bolt "go.etcd.io/bbolt"
-)
+import "fmt"
 
 // PutStage records that volume st.VolumeID is staged on this node,
 // replacing any earlier record for it.
@@ -16,7 +12,7 @@ func (s *Store) PutStage(st Stage) error {
 	if err != nil {
 		return fmt.Errorf("put stage %s: %w", st.VolumeID, invalid(err))
 	}
-	err = s.write(func(tx *bolt.Tx) error {
+	err = s.write(func(tx *txn) error {
 		return tx.Bucket(bucketStages).Put([]byte(st.VolumeID), val)
 	})
 	if err != nil {
@@ -45,7 +41,7 @@ func (s *Store) GetStage(volumeID string) (Stage, error) {
 
 // DeleteStage removes the stage record of a volume, or returns ErrNotFound.
 func (s *Store) DeleteStage(volumeID string) error {
-	err := s.write(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *txn) error {
 		b := tx.Bucket(bucketStages)
 		if b.Get([]byte(volumeID)) == nil {
 			return refuse(ErrNotFound)
@@ -61,7 +57,7 @@ func (s *Store) DeleteStage(volumeID string) error {
 // ListStages returns up to max stage records (0: all) in volume ID order,
 // starting at startToken, and the token of the next page, "" after the last.
 func (s *Store) ListStages(startToken string, max int) (stages []Stage, next string, err error) {
-	next, err = s.page(listStages, bucketStages, nil, startToken, max, func(_ *bolt.Tx, k, b []byte) error {
+	next, err = s.page(listStages, bucketStages, nil, startToken, max, func(_ *txn, k, b []byte) error {
 		st, err := decodeStage(b)
 		if err != nil {
 			return corrupt("stage", string(k), err)
@@ -89,7 +85,7 @@ func (s *Store) PutPublish(p Publish) error {
 		return fmt.Errorf("put publish %s at %s: %w", p.VolumeID, p.TargetPath, invalid(err))
 	}
 	key := prefixKey(p.VolumeID, p.TargetPath)
-	err = s.write(func(tx *bolt.Tx) error {
+	err = s.write(func(tx *txn) error {
 		return tx.Bucket(bucketPublishes).Put(key, val)
 	})
 	if err != nil {
@@ -121,7 +117,7 @@ func (s *Store) GetPublish(volumeID, targetPath string) (Publish, error) {
 // returns ErrNotFound.
 func (s *Store) DeletePublish(volumeID, targetPath string) error {
 	key := prefixKey(volumeID, targetPath)
-	err := s.write(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *txn) error {
 		b := tx.Bucket(bucketPublishes)
 		if b.Get(key) == nil {
 			return refuse(ErrNotFound)
@@ -157,7 +153,7 @@ func (s *Store) ListPublishes(startToken string, max int) (pubs []Publish, next 
 }
 
 func (s *Store) listPublishes(prefix []byte, startToken string, max int) (pubs []Publish, next string, err error) {
-	next, err = s.page(listPublishes, bucketPublishes, prefix, startToken, max, func(_ *bolt.Tx, k, b []byte) error {
+	next, err = s.page(listPublishes, bucketPublishes, prefix, startToken, max, func(_ *txn, k, b []byte) error {
 		p, err := decodePublish(b)
 		if err != nil {
 			return corrupt("publish", string(k), err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/wasmcsi/wasmcsi/abi"
-	bolt "go.etcd.io/bbolt"
 )
 
 const (
@@ -39,14 +38,14 @@ func (s *Store) PutSnapshot(v Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("put snapshot %s: %w", v.ID, invalid(err))
 	}
-	err = s.write(func(tx *bolt.Tx) error { return putSnapshot(tx, &v, val) })
+	err = s.write(func(tx *txn) error { return putSnapshot(tx, &v, val) })
 	if err != nil {
 		return fmt.Errorf("put snapshot %s: %w", v.ID, err)
 	}
 	return nil
 }
 
-func putSnapshot(tx *bolt.Tx, v *Snapshot, val []byte) error {
+func putSnapshot(tx *txn, v *Snapshot, val []byte) error {
 	snaps := tx.Bucket(bucketSnapshots)
 	id := []byte(v.ID)
 	old := snaps.Get(id)
@@ -83,7 +82,7 @@ func putSnapshot(tx *bolt.Tx, v *Snapshot, val []byte) error {
 // UpdateVolume does for volumes (for example to mark it ReadyToUse).
 func (s *Store) UpdateSnapshot(id string, fn func(v *Snapshot) error) (Snapshot, error) {
 	var out Snapshot
-	err := s.write(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *txn) error {
 		old := tx.Bucket(bucketSnapshots).Get([]byte(id))
 		if old == nil {
 			return refuse(ErrNotFound)
@@ -139,7 +138,7 @@ func (s *Store) GetSnapshot(id string) (Snapshot, error) {
 func (s *Store) SnapshotByName(name string) (Snapshot, error) {
 	var v Snapshot
 	var found bool
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *txn) error {
 		id := tx.Bucket(bucketSnapshotNames).Get([]byte(name))
 		if id == nil {
 			return nil
@@ -167,7 +166,7 @@ func (s *Store) SnapshotByName(name string) (Snapshot, error) {
 // DeleteSnapshot removes the snapshot and its index entries, or returns
 // ErrNotFound.
 func (s *Store) DeleteSnapshot(id string) error {
-	err := s.write(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *txn) error {
 		snaps := tx.Bucket(bucketSnapshots)
 		old := snaps.Get([]byte(id))
 		if old == nil {
@@ -216,7 +215,7 @@ func (s *Store) ListSnapshots(f SnapshotFilter, startToken string, max int) (sna
 		snaps, err = s.oneSnapshot(f, startToken, max)
 	case f.SourceVolumeID != "":
 		next, err = s.page(listSnapshotsBySource, bucketSnapshotSource, prefixKey(f.SourceVolumeID, ""), startToken, max,
-			func(tx *bolt.Tx, k, _ []byte) error {
+			func(tx *txn, k, _ []byte) error {
 				_, id, err := splitPrefixKey(k)
 				if err != nil {
 					return corrupt("snapshot source index", string(k), err)
@@ -233,7 +232,7 @@ func (s *Store) ListSnapshots(f SnapshotFilter, startToken string, max int) (sna
 				return nil
 			})
 	default:
-		next, err = s.page(listSnapshots, bucketSnapshots, nil, startToken, max, func(_ *bolt.Tx, k, b []byte) error {
+		next, err = s.page(listSnapshots, bucketSnapshots, nil, startToken, max, func(_ *txn, k, b []byte) error {
 			v, err := decodeSnapshot(b)
 			if err != nil {
 				return corrupt("snapshot", string(k), err)

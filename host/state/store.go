@@ -14,6 +14,8 @@
 // values are records in the tagged binary encoding described in codec.go:
 //
 //	meta             "schema" -> uvarint schema version (currently 1)
+//	                 "log_seq" -> uvarint: every log record up to this one is in the buckets
+//	                 "log_segment" -> uvarint: later records are in log segments numbered this or higher
 //	volumes          volume ID -> Volume
 //	volume_names     volume name -> volume ID
 //	snapshots        snapshot ID -> Snapshot
@@ -29,19 +31,58 @@
 // entries. Open refuses a file whose schema version is newer than this
 // package's, and a non-empty bbolt file without a meta bucket.
 //
+// Next to the file lies its write-ahead log: segment files <file>.wal.NNNNNN
+// with the changes not yet in the buckets (record format in wal.go), and
+// <file>.wal.spare, a zero-filled file that becomes the next segment. A
+// build of the daemon that knows no log reads the file correctly only after
+// a clean Close, which leaves every change in the buckets.
+//
 // # Durability
 //
-// Every write call runs in a read-write transaction committed with bbolt's
-// default fdatasync (NoSync stays false) and returns only after that
-// transaction is on disk. Concurrent calls share one transaction and one
-// sync through DB.Batch; a call that finds no other write in flight commits
-// at once instead of waiting for company. bbolt writes pages copy-on-write and switches between
-// two checksummed meta pages, so after a crash or power loss the file opens
-// at the last committed transaction: a write that returned is there, one that
-// had not returned is either wholly there or wholly absent, and indexes never
-// disagree with the records they index because both change in the same
-// transaction. The freelist is not synced (it is rebuilt when the file is
-// opened), which saves a page write per commit and costs nothing in safety.
+// A write call runs its function under a store mutex that is held only for
+// work in memory: against the call's view of the store, collecting its
+// changes. If the function succeeds, the call appends one log record
+// holding all of its changes, applies them to an in-memory overlay of the
+// changes not yet in bbolt, releases the mutex, and returns once the record
+// is on disk: one fdatasync per call, shared by the calls waiting at the
+// same time. A caller that finds no sync in flight writes every buffered
+// record with one write and one fdatasync and wakes every caller it
+// covered; records buffered meanwhile go in the next one. Segments are
+// zero-filled ahead of use, off the write path, so a sync overwrites blocks
+// that are already allocated and has no file metadata to commit.
+//
+// A background checkpoint moves the overlay into bbolt when it holds about
+// a thousand keys, the log grew by 2 MiB, or a second after the first write
+// it does not cover: in one bbolt transaction committed with bbolt's
+// fdatasync (NoSync stays false), which also records the last log record it
+// covers; then it removes the segments it covered. Writers do not wait for
+// it, unless the overlay grows to eight times that size meanwhile. bbolt
+// writes pages copy-on-write and switches between two checksummed meta
+// pages, so after a crash or power loss the file opens at its last
+// checkpoint, and Open replays the log's later records into it before it
+// returns. So a write that returned is there; one that had not returned is
+// either wholly there or wholly absent, and indexes never disagree with the
+// records they index, because a call's changes share one record. A record
+// cut short at the very end of the log is the write the crash interrupted
+// and ends the log; a damaged record anywhere else means acknowledged
+// writes are gone, and Open fails with DATA_LOSS. The freelist is not
+// synced (it is rebuilt when the file is opened), which saves a page write
+// per checkpoint and costs nothing in safety.
+//
+// If writing or syncing the log fails, the store stops: that call and every
+// later one fail with INTERNAL until the daemon restarts and recovers from
+// the log, because after a failed fsync the kernel may have dropped the
+// pages it could not write, and nothing in memory can be trusted to match
+// the disk.
+//
+// # Reads
+//
+// A read sees the overlay over a bbolt read transaction, as one consistent
+// state: each call's changes wholly or not at all. It may see a write whose
+// call has not returned yet, because the overlay takes a call's changes
+// before its record is on disk; if the daemon crashes before then, the
+// write is gone after the restart. Reads do not wait for writers or
+// checkpoints (except briefly while a growing bbolt file is remapped).
 //
 // # Paging
 //
@@ -50,9 +91,6 @@
 // starts at the first key at or after the token's key, so a token stays
 // valid when records around it are added or deleted. A token that does not
 // decode, or that belongs to another listing, is ErrBadToken.
-//
-// Reads run in bbolt read transactions and do not wait for writers (except
-// briefly while a growing file is remapped).
 package state
 
 import (
@@ -62,6 +100,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,6 +138,8 @@ var (
 
 	keySchema = []byte("schema")
 
+	// allBuckets lists every bucket. A bucket's index is its ID in log
+	// records (wal.go): add new buckets at the end, never reorder.
 	allBuckets = [][]byte{
 		bucketMeta, bucketVolumes, bucketVolumeNames, bucketSnapshots,
 		bucketSnapshotNames, bucketSnapshotSource, bucketGroups,
@@ -110,11 +151,6 @@ const (
 	// lockTimeout bounds how long Open waits for another process's flock
 	// on the file before giving up.
 	lockTimeout = time.Second
-	// batchDelay is how long the first writer of a batch waits for others
-	// to join it. It is a fraction of one commit (two fdatasyncs), so a
-	// batch fills up with the writers that arrive while the previous
-	// commit is syncing without adding much latency; see BenchmarkPutDelete.
-	batchDelay = 200 * time.Microsecond
 	// maxKey is the longest ID, name or path the store accepts, far above
 	// CSI's own limits and below bbolt's maximum key size.
 	maxKey = 4096
@@ -122,15 +158,56 @@ const (
 
 // Store is an open state file. Its methods are safe for concurrent use.
 type Store struct {
-	db *bolt.DB
-	// writers counts write calls in flight; a write that finds none other
-	// commits at once instead of waiting batchDelay for company.
-	writers atomic.Int32
+	db   boltFile
+	path string
+	opts options
+	log  *wal
+
+	// mu serializes the memory work of write calls and the moments a
+	// checkpoint freezes or drops a layer.
+	mu           sync.Mutex
+	room         sync.Cond // on mu: writers waiting for the overlay to shrink
+	closed       bool
+	firstPending time.Time // first write the next checkpoint covers
+	pendingBytes int64     // log bytes since the last checkpoint began
+
+	// rw pairs the layers a reader loads with the bbolt transaction it
+	// opens: a checkpoint publishes layers under its write side, so no
+	// checkpoint can both commit and drop a layer in between.
+	rw     sync.RWMutex
+	layers atomic.Pointer[layers]
+
+	// ckptMu makes checkpoints one at a time and guards spare.
+	ckptMu sync.Mutex
+	spare  bool // the spare segment file is ready
+	kick   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
 }
 
-// Open opens or creates the state file at path (mode 0600). It fails after
-// a second if another process has the file open.
-func Open(path string) (*Store, error) {
+// boltFile is the store's bbolt file, the checkpoint of its state.
+type boltFile struct {
+	*bolt.DB
+	s *Store
+}
+
+// View runs fn in a bbolt read transaction after a checkpoint of every
+// write made so far, so that fn sees the whole state in bbolt's own terms:
+// a consistency check, bucket statistics. The store's reads do not use it:
+// they read the overlay over a read transaction instead of waiting for a
+// checkpoint.
+func (f boltFile) View(fn func(*bolt.Tx) error) error {
+	if err := f.s.checkpointAll(); err != nil {
+		return err
+	}
+	return f.DB.View(fn)
+}
+
+// Open opens or creates the state file at path (mode 0600) and replays its
+// log. It fails after a second if another process has the file open.
+func Open(path string) (*Store, error) { return open(path, defaultOptions()) }
+
+func open(path string, opts options) (*Store, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:        lockTimeout,
 		NoFreelistSync: true,
@@ -142,12 +219,33 @@ func Open(path string) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open state %s: %w", path, err)
 	}
-	db.MaxBatchDelay = batchDelay
-	if err := db.Update(initSchema); err != nil {
+	// bbolt's flock on the file also keeps other processes off its log.
+	var seq uint64
+	var seg *segment
+	err = db.Update(initSchema)
+	if err == nil {
+		var next uint64
+		if seq, next, err = recoverLog(db, path); err == nil {
+			seg, err = startSegment(path, next)
+		}
+	}
+	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open state %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	s := &Store{
+		path: path,
+		opts: opts,
+		kick: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	s.db = boltFile{DB: db, s: s}
+	s.log = newWAL(seq, seg)
+	s.room.L = &s.mu
+	s.layers.Store(&layers{active: &layer{}})
+	go s.checkpointLoop()
+	return s, nil
 }
 
 // initSchema checks the schema version of an existing file, or writes it
@@ -182,53 +280,126 @@ func initSchema(tx *bolt.Tx) error {
 	return nil
 }
 
-// Close closes the file after transactions in progress end.
+// Close waits for write calls in progress, checkpoints every change into
+// the bbolt file, and closes it. After the log failed, it closes without
+// a checkpoint and returns the failure; the next Open replays the log.
 func (s *Store) Close() error {
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("close state %s: %w", s.db.Path(), err)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.room.Broadcast()
+	s.mu.Unlock()
+	close(s.stop)
+	<-s.done
+
+	err := s.log.err()
+	if err == nil {
+		s.ckptMu.Lock()
+		err = s.checkpointLocked(true)
+		s.ckptMu.Unlock()
+	}
+	s.log.close()
+	if cerr := s.db.DB.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("close state %s: %w", s.path, err)
 	}
 	return nil
 }
 
 // Path is the file the store was opened from.
-func (s *Store) Path() string { return s.db.Path() }
+func (s *Store) Path() string { return s.path }
 
 // refusal marks an error that a write function returns to refuse the
-// operation. It must be returned before the function writes anything: the
-// write then commits nothing for this call while the rest of its batch
-// goes ahead, instead of bbolt re-running the whole batch.
+// operation: the call writes nothing and returns the wrapped error as it
+// is. Any other error of the function also writes nothing.
 type refusal struct{ err error }
 
 func (r refusal) Error() string { return r.err.Error() }
 
 func refuse(err error) error { return refusal{err} }
 
-// write runs fn in a fsynced read-write transaction, batched with concurrent
-// writers. fn may run more than once (bbolt re-runs a batch when a call in it
-// fails), so it must only change tx and variables it sets on every run.
-func (s *Store) write(fn func(tx *bolt.Tx) error) error {
-	var refused error
-	run := func(tx *bolt.Tx) error {
-		refused = nil
-		err := fn(tx)
+// errClosed is what calls on a closed store return.
+var errClosed = fmt.Errorf("state is closed: %w", bolterrors.ErrDatabaseNotOpen)
+
+// write runs fn once against a view of the store and, if it succeeds,
+// logs and applies its changes and waits until they are durable.
+func (s *Store) write(fn func(tx *txn) error) error {
+	s.mu.Lock()
+	for {
+		if s.closed {
+			s.mu.Unlock()
+			return errClosed
+		}
+		if err := s.log.err(); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		if !s.opts.overloaded(s.layers.Load().active.entries, s.pendingBytes) {
+			break
+		}
+		s.kickCheckpoint()
+		s.room.Wait()
+	}
+	cur := s.layers.Load()
+	btx, err := s.db.Begin(false)
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	tx := &txn{tx: btx, active: cur.active, frozen: cur.frozen, writable: true}
+	err = fn(tx)
+	btx.Rollback()
+	if err != nil {
+		s.mu.Unlock()
 		var r refusal
 		if errors.As(err, &r) {
-			refused = r.err
-			return nil
+			return r.err
 		}
 		return err
 	}
-	var err error
-	if s.writers.Add(1) == 1 {
-		err = s.db.Update(run)
-	} else {
-		err = s.db.Batch(run)
+	if len(tx.changes) == 0 {
+		s.mu.Unlock()
+		return nil
 	}
-	s.writers.Add(-1)
+	seq, size, err := s.log.append(tx.changes)
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	s.layers.Store(&layers{active: tx.active, frozen: cur.frozen})
+	if cur.active.entries == 0 {
+		s.firstPending = time.Now()
+		s.kickCheckpoint() // to time the checkpoint
+	}
+	if tx.active.entries >= s.opts.maxEntries && cur.active.entries < s.opts.maxEntries ||
+		s.pendingBytes < s.opts.maxBytes && s.pendingBytes+int64(size) >= s.opts.maxBytes {
+		s.kickCheckpoint()
+	}
+	s.pendingBytes += int64(size)
+	s.mu.Unlock()
+	return s.log.wait(seq)
+}
+
+// view runs fn against the current state: the overlay over a bbolt read
+// transaction.
+func (s *Store) view(fn func(tx *txn) error) error {
+	if err := s.log.err(); err != nil {
+		return err
+	}
+	s.rw.RLock()
+	l := s.layers.Load()
+	btx, err := s.db.Begin(false)
+	s.rw.RUnlock()
 	if err != nil {
 		return err
 	}
-	return refused
+	defer btx.Rollback()
+	return fn(&txn{tx: btx, active: l.active, frozen: l.frozen})
 }
 
 func checkKey(what, k string) error {
@@ -302,7 +473,7 @@ func decodeToken(l listing, p []byte, token string) ([]byte, error) {
 // page visits up to max (0: all) entries of bucket whose keys start with
 // prefix, beginning at token, and returns the token of the next page, or ""
 // after the last.
-func (s *Store) page(l listing, bucket, prefix []byte, token string, max int, visit func(tx *bolt.Tx, k, v []byte) error) (string, error) {
+func (s *Store) page(l listing, bucket, prefix []byte, token string, max int, visit func(tx *txn, k, v []byte) error) (string, error) {
 	if max < 0 {
 		return "", abi.Errorf(abi.InvalidArgument, "negative max entries")
 	}
@@ -315,7 +486,7 @@ func (s *Store) page(l listing, bucket, prefix []byte, token string, max int, vi
 		start = k
 	}
 	var next string
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *txn) error {
 		c := tx.Bucket(bucket).Cursor()
 		n := 0
 		for k, v := c.Seek(start); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
@@ -336,7 +507,7 @@ func (s *Store) page(l listing, bucket, prefix []byte, token string, max int, vi
 // get returns a copy-free view of bucket[key] to decode within a read
 // transaction.
 func (s *Store) get(bucket []byte, key []byte, decode func(v []byte) error) (found bool, err error) {
-	err = s.db.View(func(tx *bolt.Tx) error {
+	err = s.view(func(tx *txn) error {
 		v := tx.Bucket(bucket).Get(key)
 		if v == nil {
 			return nil
@@ -351,7 +522,7 @@ func (s *Store) get(bucket []byte, key []byte, decode func(v []byte) error) (fou
 // whose previous encoding is old (nil if new) and whose name becomes name.
 // nameField is the field number of the name in the record. It refuses,
 // writing nothing, when name belongs to another record.
-func nameIndex(names *bolt.Bucket, id, name string, old []byte, nameField int) (apply func() error, err error) {
+func nameIndex(names bucket, id, name string, old []byte, nameField int) (apply func() error, err error) {
 	var oldName string
 	if old != nil {
 		if oldName, err = stringField(old, nameField); err != nil {
@@ -377,7 +548,7 @@ func nameIndex(names *bolt.Bucket, id, name string, old []byte, nameField int) (
 }
 
 // dropName removes the index entry of a record being deleted.
-func dropName(names *bolt.Bucket, id string, old []byte, nameField int) error {
+func dropName(names bucket, id string, old []byte, nameField int) error {
 	name, err := stringField(old, nameField)
 	if err != nil {
 		return fmt.Errorf("decode stored record %s: %w", id, err)

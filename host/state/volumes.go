@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/wasmcsi/wasmcsi/abi"
-	bolt "go.etcd.io/bbolt"
 )
 
 const volumeNameField = 2
@@ -29,14 +28,14 @@ func (s *Store) PutVolume(v Volume) error {
 	if err != nil {
 		return fmt.Errorf("put volume %s: %w", v.ID, invalid(err))
 	}
-	err = s.write(func(tx *bolt.Tx) error { return putVolume(tx, &v, val) })
+	err = s.write(func(tx *txn) error { return putVolume(tx, &v, val) })
 	if err != nil {
 		return fmt.Errorf("put volume %s: %w", v.ID, err)
 	}
 	return nil
 }
 
-func putVolume(tx *bolt.Tx, v *Volume, val []byte) error {
+func putVolume(tx *txn, v *Volume, val []byte) error {
 	vols := tx.Bucket(bucketVolumes)
 	id := []byte(v.ID)
 	index, err := nameIndex(tx.Bucket(bucketVolumeNames), v.ID, v.Name, vols.Get(id), volumeNameField)
@@ -56,7 +55,7 @@ func putVolume(tx *bolt.Tx, v *Volume, val []byte) error {
 // change anything except the ID.
 func (s *Store) UpdateVolume(id string, fn func(v *Volume) error) (Volume, error) {
 	var out Volume
-	err := s.write(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *txn) error {
 		old := tx.Bucket(bucketVolumes).Get([]byte(id))
 		if old == nil {
 			return refuse(ErrNotFound)
@@ -112,7 +111,7 @@ func (s *Store) GetVolume(id string) (Volume, error) {
 func (s *Store) VolumeByName(name string) (Volume, error) {
 	var v Volume
 	var found bool
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(func(tx *txn) error {
 		id := tx.Bucket(bucketVolumeNames).Get([]byte(name))
 		if id == nil {
 			return nil
@@ -141,7 +140,7 @@ func (s *Store) VolumeByName(name string) (Volume, error) {
 // ErrNotFound (which an idempotent DeleteVolume treats as success). Its
 // snapshots stay.
 func (s *Store) DeleteVolume(id string) error {
-	err := s.write(func(tx *bolt.Tx) error {
+	err := s.write(func(tx *txn) error {
 		vols := tx.Bucket(bucketVolumes)
 		old := vols.Get([]byte(id))
 		if old == nil {
@@ -162,7 +161,7 @@ func (s *Store) DeleteVolume(id string) error {
 // startToken ("" for the first page), and the token of the next page, ""
 // after the last.
 func (s *Store) ListVolumes(startToken string, max int) (vols []Volume, next string, err error) {
-	next, err = s.page(listVolumes, bucketVolumes, nil, startToken, max, func(_ *bolt.Tx, k, b []byte) error {
+	next, err = s.page(listVolumes, bucketVolumes, nil, startToken, max, func(_ *txn, k, b []byte) error {
 		v, err := decodeVolume(b)
 		if err != nil {
 			return corrupt("volume", string(k), err)
