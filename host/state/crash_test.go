@@ -13,9 +13,14 @@ import (
 	"time"
 )
 
-// crashEnv names the state file a re-executed test binary writes to until it
-// is killed; see TestCrashRecovery.
-const crashEnv = "WASMCSI_STATE_CRASH_WRITER"
+const (
+	// crashEnv names the state file a re-executed test binary writes to
+	// until it is killed; see TestCrashRecovery.
+	crashEnv = "WASMCSI_STATE_CRASH_WRITER"
+	// crashQuietEnv, set, makes that writer open the store with quiet
+	// options, so that nothing is checkpointed before the kill.
+	crashQuietEnv = "WASMCSI_STATE_CRASH_QUIET"
+)
 
 func TestMain(m *testing.M) {
 	if path := os.Getenv(crashEnv); path != "" {
@@ -29,7 +34,11 @@ func TestMain(m *testing.M) {
 // prints "put ID" or "del ID" on stdout after each call returns, and "try ID"
 // before each delete. The parent kills it mid-stream.
 func crashWriter(path string) {
-	s, err := Open(path)
+	opts := defaultOptions()
+	if os.Getenv(crashQuietEnv) != "" {
+		opts = quietOptions()
+	}
+	s, err := open(path, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -67,19 +76,20 @@ func crashWriter(path string) {
 	wg.Wait()
 }
 
-// TestCrashRecovery kills a writer process with SIGKILL in the middle of its
-// writes and checks that the file opens, passes bbolt's consistency check,
-// holds every put that was acknowledged and none of the acknowledged
-// deletes, and that the name index agrees with the records.
-//
-// A process crash loses the process's memory but not the kernel's page
-// cache, so this does not exercise power loss; that rests on bbolt's commit
-// order (data pages, fdatasync, then meta page, fdatasync) with NoSync
-// false, which this package never changes.
-func TestCrashRecovery(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
+// crashAcks is what a killed crashWriter acknowledged.
+type crashAcks struct {
+	put, deleted map[string]bool
+	// tried holds deletes that were issued: one the kill cut off between
+	// its commit and its acknowledgement may or may not have happened.
+	tried map[string]bool
+}
+
+// killWriter runs crashWriter on path with the extra environment env, kills
+// it with SIGKILL after 400 acknowledgements, and returns them all.
+func killWriter(t *testing.T, path string, env ...string) crashAcks {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashEnv+"="+path)
+	cmd.Env = append(append(os.Environ(), crashEnv+"="+path), env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -92,23 +102,21 @@ func TestCrashRecovery(t *testing.T) {
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 
 	const want = 400 // acknowledgements to see before the kill
-	// tried holds deletes that were issued: one the kill cut off between
-	// its commit and its acknowledgement may or may not have happened.
-	put, deleted, tried := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	acks := crashAcks{put: map[string]bool{}, deleted: map[string]bool{}, tried: map[string]bool{}}
 	record := func(line string) {
 		verb, id, _ := strings.Cut(line, " ")
 		switch verb {
 		case "put":
-			put[id] = true
+			acks.put[id] = true
 		case "del":
-			deleted[id] = true
+			acks.deleted[id] = true
 		case "try":
-			tried[id] = true
+			acks.tried[id] = true
 		}
 	}
 	lines := bufio.NewScanner(stdout)
 	deadline := time.AfterFunc(30*time.Second, func() { cmd.Process.Kill() })
-	for len(put)+len(deleted) < want && lines.Scan() {
+	for len(acks.put)+len(acks.deleted) < want && lines.Scan() {
 		record(lines.Text())
 	}
 	deadline.Stop()
@@ -122,25 +130,27 @@ func TestCrashRecovery(t *testing.T) {
 		record(lines.Text())
 	}
 	cmd.Wait()
-	if len(put) == 0 {
+	if len(acks.put) == 0 {
 		t.Fatalf("writer acknowledged nothing; stderr: %s", stderr.String())
 	}
-	if len(put)+len(deleted) < want {
-		t.Fatalf("writer stopped after %d acknowledgements; stderr: %s", len(put)+len(deleted), stderr.String())
+	if len(acks.put)+len(acks.deleted) < want {
+		t.Fatalf("writer stopped after %d acknowledgements; stderr: %s", len(acks.put)+len(acks.deleted), stderr.String())
 	}
+	return acks
+}
 
-	s, err := Open(path)
-	if err != nil {
-		t.Fatalf("open after crash: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
+// checkAcks checks that s, opened after the kill, passes bbolt's
+// consistency check, holds every put that was acknowledged and none of the
+// acknowledged deletes, and that the name index agrees with the records.
+func checkAcks(t *testing.T, s *Store, acks crashAcks) {
+	t.Helper()
 	checkDB(t, s)
-	for id := range put {
+	for id := range acks.put {
 		_, err := s.GetVolume(id)
 		switch {
-		case deleted[id] && !errors.Is(err, ErrNotFound):
+		case acks.deleted[id] && !errors.Is(err, ErrNotFound):
 			t.Errorf("acknowledged delete of %s lost: %v", id, err)
-		case !deleted[id] && !tried[id] && err != nil:
+		case !acks.deleted[id] && !acks.tried[id] && err != nil:
 			t.Errorf("acknowledged put of %s lost: %v", id, err)
 		}
 	}
@@ -153,5 +163,26 @@ func TestCrashRecovery(t *testing.T) {
 			t.Errorf("name index for %s: %q, %v", v.ID, got.ID, err)
 		}
 	}
-	t.Logf("killed after %d puts and %d deletes acknowledged; %d volumes on reopen", len(put), len(deleted), len(vols))
+	t.Logf("killed after %d puts and %d deletes acknowledged; %d volumes on reopen", len(acks.put), len(acks.deleted), len(vols))
+}
+
+// TestCrashRecovery kills a writer process with SIGKILL in the middle of its
+// writes and checks that the file opens with every acknowledged write, as
+// checkAcks says.
+//
+// A process crash loses the process's memory but not the kernel's page
+// cache, so this does not exercise power loss; that rests on the order of
+// writes: a call returns only after fdatasync of its log record, a segment
+// is whole on disk before the next one takes records, a checkpoint commits
+// to bbolt (data pages, fdatasync, then meta page, fdatasync, NoSync false)
+// before the log it covers is removed.
+func TestCrashRecovery(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	acks := killWriter(t, path)
+	s, err := Open(path)
+	if err != nil {
+		t.Fatalf("open after crash: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	checkAcks(t, s, acks)
 }
