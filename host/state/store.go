@@ -13,7 +13,7 @@
 // One bbolt file (go.etcd.io/bbolt) with these buckets; keys are raw bytes,
 // values are records in the tagged binary encoding described in codec.go:
 //
-//	meta             "schema" -> uvarint schema version (currently 1)
+//	meta             "schema" -> uvarint schema version (currently 2)
 //	                 "log_seq" -> uvarint: every log record up to this one is in the buckets
 //	                 "log_segment" -> uvarint: later records are in log segments numbered this or higher
 //	volumes          volume ID -> Volume
@@ -110,7 +110,10 @@ import (
 )
 
 // SchemaVersion is the layout version this package reads and writes.
-const SchemaVersion = 1
+// Version 2 added the write-ahead log beside the file: a file of version 2
+// may be missing changes that only its log holds, so a daemon that knows
+// only version 1 must refuse it. A version 1 file is upgraded on Open.
+const SchemaVersion = 2
 
 var (
 	// ErrNotFound is returned, wrapped with the key, when a record does not exist.
@@ -266,8 +269,13 @@ func initSchema(tx *bolt.Tx) error {
 		case v > SchemaVersion:
 			return abi.Errorf(abi.FailedPrecondition, fmt.Sprintf(
 				"state schema version %d is newer than this daemon's %d; refusing to touch it", v, SchemaVersion))
+		case v < SchemaVersion:
+			// Version 1 differs only in having no log: the file holds
+			// everything, so the upgrade is the new number.
+			if err := meta.Put(keySchema, binary.AppendUvarint(nil, SchemaVersion)); err != nil {
+				return fmt.Errorf("upgrade schema version %d to %d: %w", v, SchemaVersion, err)
+			}
 		}
-		// v == SchemaVersion; an older version would be migrated here.
 	}
 	for _, name := range allBuckets {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -707,6 +708,13 @@ func TestSchemaVersion(t *testing.T) {
 			}
 			return b.Put(keySchema, []byte{SchemaVersion})
 		}, abi.OK},
+		{"version 1, before the log", func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucket(bucketMeta)
+			if err != nil {
+				return err
+			}
+			return b.Put(keySchema, []byte{1})
+		}, abi.OK},
 		{"future version", func(tx *bolt.Tx) error {
 			b, err := tx.CreateBucket(bucketMeta)
 			if err != nil {
@@ -744,6 +752,22 @@ func TestSchemaVersion(t *testing.T) {
 			if abi.CodeOf(err) != tt.want {
 				t.Fatalf("Open = %v, want code %v", err, tt.want)
 			}
+			if tt.want != abi.OK {
+				return
+			}
+			// A file Open accepted carries the current version afterwards.
+			db, err = bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			db.View(func(tx *bolt.Tx) error {
+				raw := tx.Bucket(bucketMeta).Get(keySchema)
+				if v, _ := binary.Uvarint(raw); v != SchemaVersion {
+					t.Errorf("schema version after Open = %d, want %d", v, SchemaVersion)
+				}
+				return nil
+			})
 		})
 	}
 }
