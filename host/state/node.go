@@ -5,20 +5,36 @@ import "fmt"
 // PutStage records that volume st.VolumeID is staged on this node,
 // replacing any earlier record for it.
 func (s *Store) PutStage(st Stage) error {
-	if err := checkKey("volume ID", st.VolumeID); err != nil {
+	wait, err := s.PutStageAsync(st)
+	if err != nil {
 		return err
 	}
-	val, err := encodeStage(&st)
-	if err != nil {
-		return fmt.Errorf("put stage %s: %w", st.VolumeID, invalid(err))
-	}
-	err = s.write(func(tx *txn) error {
-		return tx.Bucket(bucketStages).Put([]byte(st.VolumeID), val)
-	})
-	if err != nil {
+	if err := wait(); err != nil {
 		return fmt.Errorf("put stage %s: %w", st.VolumeID, err)
 	}
 	return nil
+}
+
+// PutStageAsync is PutStage that does not wait for the disk: readers see
+// the record at once, and wait returns when it is durable (or why it cannot
+// be). It lets the caller do the node's slow work (a mount, say) while the
+// record is being synced, and answer once both are done. A refused record
+// is an error at once, and nothing was written.
+func (s *Store) PutStageAsync(st Stage) (wait func() error, err error) {
+	if err := checkKey("volume ID", st.VolumeID); err != nil {
+		return nil, err
+	}
+	val, err := encodeStage(&st)
+	if err != nil {
+		return nil, fmt.Errorf("put stage %s: %w", st.VolumeID, invalid(err))
+	}
+	wait, err = s.writeAsync(func(tx *txn) error {
+		return tx.Bucket(bucketStages).Put([]byte(st.VolumeID), val)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("put stage %s: %w", st.VolumeID, err)
+	}
+	return wait, nil
 }
 
 // GetStage returns the stage record of a volume, or ErrNotFound.
@@ -74,24 +90,37 @@ func (s *Store) ListStages(startToken string, max int) (stages []Stage, next str
 // PutPublish records that volume p.VolumeID is published at p.TargetPath on
 // this node, replacing any earlier record for that pair.
 func (s *Store) PutPublish(p Publish) error {
-	if err := checkKey("volume ID", p.VolumeID); err != nil {
+	wait, err := s.PutPublishAsync(p)
+	if err != nil {
 		return err
 	}
-	if err := checkKey("target path", p.TargetPath); err != nil {
-		return err
-	}
-	val, err := encodePublish(&p)
-	if err != nil {
-		return fmt.Errorf("put publish %s at %s: %w", p.VolumeID, p.TargetPath, invalid(err))
-	}
-	key := prefixKey(p.VolumeID, p.TargetPath)
-	err = s.write(func(tx *txn) error {
-		return tx.Bucket(bucketPublishes).Put(key, val)
-	})
-	if err != nil {
+	if err := wait(); err != nil {
 		return fmt.Errorf("put publish %s at %s: %w", p.VolumeID, p.TargetPath, err)
 	}
 	return nil
+}
+
+// PutPublishAsync is PutPublish that does not wait for the disk; see
+// PutStageAsync.
+func (s *Store) PutPublishAsync(p Publish) (wait func() error, err error) {
+	if err := checkKey("volume ID", p.VolumeID); err != nil {
+		return nil, err
+	}
+	if err := checkKey("target path", p.TargetPath); err != nil {
+		return nil, err
+	}
+	val, err := encodePublish(&p)
+	if err != nil {
+		return nil, fmt.Errorf("put publish %s at %s: %w", p.VolumeID, p.TargetPath, invalid(err))
+	}
+	key := prefixKey(p.VolumeID, p.TargetPath)
+	wait, err = s.writeAsync(func(tx *txn) error {
+		return tx.Bucket(bucketPublishes).Put(key, val)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("put publish %s at %s: %w", p.VolumeID, p.TargetPath, err)
+	}
+	return wait, nil
 }
 
 // GetPublish returns the publish record of a volume at a target path, or
@@ -116,8 +145,21 @@ func (s *Store) GetPublish(volumeID, targetPath string) (Publish, error) {
 // DeletePublish removes the publish record of a volume at a target path, or
 // returns ErrNotFound.
 func (s *Store) DeletePublish(volumeID, targetPath string) error {
+	wait, err := s.DeletePublishAsync(volumeID, targetPath)
+	if err != nil {
+		return err
+	}
+	if err := wait(); err != nil {
+		return fmt.Errorf("delete publish %s at %s: %w", volumeID, targetPath, err)
+	}
+	return nil
+}
+
+// DeletePublishAsync is DeletePublish that does not wait for the disk; see
+// PutStageAsync.
+func (s *Store) DeletePublishAsync(volumeID, targetPath string) (wait func() error, err error) {
 	key := prefixKey(volumeID, targetPath)
-	err := s.write(func(tx *txn) error {
+	wait, err = s.writeAsync(func(tx *txn) error {
 		b := tx.Bucket(bucketPublishes)
 		if b.Get(key) == nil {
 			return refuse(ErrNotFound)
@@ -125,9 +167,9 @@ func (s *Store) DeletePublish(volumeID, targetPath string) error {
 		return b.Delete(key)
 	})
 	if err != nil {
-		return fmt.Errorf("delete publish %s at %s: %w", volumeID, targetPath, err)
+		return nil, fmt.Errorf("delete publish %s at %s: %w", volumeID, targetPath, err)
 	}
-	return nil
+	return wait, nil
 }
 
 // PublishesOf returns every publish record of a volume, in target path

@@ -337,15 +337,41 @@ var errClosed = fmt.Errorf("state is closed: %w", bolterrors.ErrDatabaseNotOpen)
 // write runs fn once against a view of the store and, if it succeeds,
 // logs and applies its changes and waits until they are durable.
 func (s *Store) write(fn func(tx *txn) error) error {
+	seq, err := s.apply(fn)
+	if err != nil || seq == 0 {
+		return err
+	}
+	return s.log.wait(seq)
+}
+
+// writeAsync is write that returns as soon as the changes are applied
+// (readers see them) and logged in memory; the returned wait blocks until
+// they are durable, or reports why they cannot be.
+func (s *Store) writeAsync(fn func(tx *txn) error) (wait func() error, err error) {
+	seq, err := s.apply(fn)
+	if err != nil {
+		return nil, err
+	}
+	if seq == 0 {
+		return func() error { return nil }, nil
+	}
+	return func() error { return s.log.wait(seq) }, nil
+}
+
+// apply runs fn once against a view of the store and, if it succeeds and
+// changed something, appends its changes to the log and applies them to
+// the in-memory layer. It returns the log sequence number to wait for, 0
+// when nothing changed.
+func (s *Store) apply(fn func(tx *txn) error) (uint64, error) {
 	s.mu.Lock()
 	for {
 		if s.closed {
 			s.mu.Unlock()
-			return errClosed
+			return 0, errClosed
 		}
 		if err := s.log.err(); err != nil {
 			s.mu.Unlock()
-			return err
+			return 0, err
 		}
 		if !s.opts.overloaded(s.layers.Load().active.entries, s.pendingBytes) {
 			break
@@ -357,7 +383,7 @@ func (s *Store) write(fn func(tx *txn) error) error {
 	btx, err := s.db.Begin(false)
 	if err != nil {
 		s.mu.Unlock()
-		return err
+		return 0, err
 	}
 	tx := &txn{tx: btx, active: cur.active, frozen: cur.frozen, writable: true}
 	err = fn(tx)
@@ -366,18 +392,18 @@ func (s *Store) write(fn func(tx *txn) error) error {
 		s.mu.Unlock()
 		var r refusal
 		if errors.As(err, &r) {
-			return r.err
+			return 0, r.err
 		}
-		return err
+		return 0, err
 	}
 	if len(tx.changes) == 0 {
 		s.mu.Unlock()
-		return nil
+		return 0, nil
 	}
 	seq, size, err := s.log.append(tx.changes)
 	if err != nil {
 		s.mu.Unlock()
-		return err
+		return 0, err
 	}
 	s.layers.Store(&layers{active: tx.active, frozen: cur.frozen})
 	if cur.active.entries == 0 {
@@ -390,7 +416,7 @@ func (s *Store) write(fn func(tx *txn) error) error {
 	}
 	s.pendingBytes += int64(size)
 	s.mu.Unlock()
-	return s.log.wait(seq)
+	return seq, nil
 }
 
 // view runs fn against the current state: the overlay over a bbolt read

@@ -1,0 +1,75 @@
+package state
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+)
+
+// The Async writes are visible at once, durable once wait returns, and
+// refused at once when they would be refused synchronously.
+func TestAsyncNodeWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s := openQuiet(t, path)
+	waitStage, err := s.PutStageAsync(Stage{VolumeID: "v", StagingPath: "/stage/v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetStage("v"); err != nil || got.StagingPath != "/stage/v" {
+		t.Fatalf("stage before wait = %+v, %v; want it visible at once", got, err)
+	}
+	waitPub, err := s.PutPublishAsync(Publish{VolumeID: "v", TargetPath: "/target/a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitStage(); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitPub(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeletePublishAsync("v", "/target/missing"); abi.CodeOf(err) != abi.NotFound {
+		t.Fatalf("DeletePublishAsync of a missing record = %v, want NOT_FOUND at once", err)
+	}
+	if _, err := s.PutPublishAsync(Publish{VolumeID: "v"}); abi.CodeOf(err) != abi.InvalidArgument {
+		t.Fatalf("PutPublishAsync without a target = %v, want INVALID_ARGUMENT", err)
+	}
+	waitDel, err := s.DeletePublishAsync("v", "/target/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetPublish("v", "/target/a"); abi.CodeOf(err) != abi.NotFound {
+		t.Fatalf("publish after an async delete = %v, want NOT_FOUND at once", err)
+	}
+	if err := waitDel(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.GetStage("v"); err != nil {
+		t.Fatalf("stage after reopen: %v", err)
+	}
+	if pubs, err := s.PublishesOf("v"); err != nil || len(pubs) != 0 {
+		t.Fatalf("publishes after reopen = %+v, %v; want none", pubs, err)
+	}
+}
+
+// A write whose log write fails reports it through wait.
+func TestAsyncWaitReportsLogFailure(t *testing.T) {
+	s := openQuiet(t, filepath.Join(t.TempDir(), "state.db"))
+	s.log.mu.Lock()
+	s.log.segs[len(s.log.segs)-1].f.Close()
+	s.log.mu.Unlock()
+	wait, err := s.PutStageAsync(Stage{VolumeID: "v", StagingPath: "/stage/v"})
+	if err == nil {
+		err = wait()
+	}
+	wantCode(t, err, abi.Internal, nil)
+}
