@@ -2,7 +2,6 @@ package mount
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,11 +9,9 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
-
-	"github.com/wasmcsi/wasmcsi/abi"
 )
 
-// Entry describes the mount on top of a mount point, from
+// Entry describes the mount on top of a mount point, in the terms of
 // /proc/self/mountinfo.
 type Entry struct {
 	// Target is the mount point, with symlinks resolved.
@@ -54,12 +51,22 @@ func IsMountPoint(target string) (bool, error) {
 	return mounted, nil
 }
 
-// Info describes the mount on top of target. A target that is not a mount
-// point is NotFound.
+// Info describes the mount on top of target, following symlinks. A target
+// that is not a mount point is NotFound. It asks the kernel about that one
+// mount (statmount) where it can, and reads the whole mount table
+// (/proc/self/mountinfo) on kernels older than Linux 6.15.
 func Info(target string) (Entry, error) {
 	if err := checkPath("target", target); err != nil {
 		return Entry{}, err
 	}
+	if statmountWorks() {
+		return infoStatmount(target)
+	}
+	return infoMountinfo(target)
+}
+
+// infoMountinfo is Info from /proc/self/mountinfo.
+func infoMountinfo(target string) (Entry, error) {
 	real, err := filepath.EvalSymlinks(target)
 	if err != nil {
 		return Entry{}, fail("mount info of", target, err)
@@ -71,11 +78,15 @@ func Info(target string) (Entry, error) {
 		return Entry{}, fail("mount info of", target, err)
 	}
 	if len(mounts) == 0 {
-		return Entry{}, abi.Errorf(abi.NotFound, fmt.Sprintf("mount: %q is not a mount point", target))
+		return Entry{}, notMountPoint(target)
 	}
 	// mountinfo lists mounts in the order they were made: the last one at a
 	// mount point is on top.
-	m := mounts[len(mounts)-1]
+	return entryOf(mounts[len(mounts)-1]), nil
+}
+
+// entryOf is the Entry of a mountinfo line.
+func entryOf(m *mountinfo.Info) Entry {
 	opts := splitOptions(m.Options)
 	return Entry{
 		Target:       m.Mountpoint,
@@ -87,7 +98,7 @@ func Info(target string) (Entry, error) {
 		ReadOnly:     slices.Contains(opts, "ro"),
 		Major:        m.Major,
 		Minor:        m.Minor,
-	}, nil
+	}
 }
 
 // IsBlockBindMount reports whether target is a mount point with a block
@@ -97,6 +108,12 @@ func IsBlockBindMount(target string) (bool, error) {
 	if err != nil || !mounted {
 		return false, err
 	}
+	return isBlockDevice(target)
+}
+
+// isBlockDevice reports whether target, followed through symlinks, is a
+// block device node.
+func isBlockDevice(target string) (bool, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(target, &st); err != nil {
 		return false, fail("stat", target, err)
@@ -104,6 +121,8 @@ func IsBlockBindMount(target string) (bool, error) {
 	return st.Mode&unix.S_IFMT == unix.S_IFBLK, nil
 }
 
+// splitOptions splits a comma-separated option list as mountinfo and
+// statmount give it.
 func splitOptions(s string) []string {
 	if s == "" {
 		return nil

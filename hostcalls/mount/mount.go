@@ -1,7 +1,9 @@
 // Package mount mounts and unmounts filesystems and bind mounts by direct
 // system calls (mount(2), umount2(2)), and answers what is mounted where
-// from /proc/self/mountinfo (github.com/moby/sys/mountinfo). It is what
-// every backend's node steps (stage, publish, unpublish, unstage) use.
+// by asking the kernel about one path (openat2, statx, statmount); it reads
+// the whole /proc/self/mountinfo (github.com/moby/sys/mountinfo) only where
+// the kernel cannot answer so. It is what every backend's node steps (stage,
+// publish, unpublish, unstage) use.
 //
 // Every operation is idempotent in the CSI sense, because the CO repeats
 // calls after timeouts and kubelet restarts: mounting what is already
