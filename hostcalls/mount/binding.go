@@ -72,18 +72,15 @@ func infoCall(ctx context.Context, env *hostcalls.Env, req *abi.MountInfoRequest
 	if err != nil {
 		return nil, fmt.Errorf("mount info of %s: %w", req.Target, err)
 	}
-	mounted, err := IsMountPoint(target)
-	if err != nil || !mounted {
-		return &abi.MountInfo{}, err
-	}
 	e, err := Info(target)
 	if abi.CodeOf(err) == abi.NotFound {
-		return &abi.MountInfo{}, nil // unmounted meanwhile
+		return &abi.MountInfo{}, nil // not a mount point, or not there
 	}
 	if err != nil {
 		return nil, err
 	}
-	block, err := IsBlockBindMount(target)
+	// A mount point now: a block device node there is a bind of one.
+	block, err := isBlockDevice(target)
 	if err != nil {
 		return nil, err
 	}

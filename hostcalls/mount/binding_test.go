@@ -148,3 +148,30 @@ func TestBindingsConfine(t *testing.T) {
 		}
 	}
 }
+
+// TestBindingsInfoBlock asks mount_info about a published raw block
+// volume: a device node bound on a file.
+func TestBindingsInfoBlock(t *testing.T) {
+	mounttest.RequireRoot(t)
+	dev := mounttest.Loop(t, 8<<20)
+	publish := t.TempDir()
+	target := filepath.Join(publish, "pod", "block")
+	t.Cleanup(func() { mounttest.Unmount(t, target) })
+	if _, err := mount.Bind(context.Background(), dev, target, false); err != nil {
+		t.Fatal(err)
+	}
+	env := &hostcalls.Env{Module: "test", Roots: []string{publish}}
+	var info abi.MountInfo
+	if err := hostCall(t, env, abi.HostCallMountInfo, &abi.MountInfoRequest{Target: target}, &info); err != nil {
+		t.Fatal(err)
+	}
+	if !info.Mounted || !info.BlockDevice {
+		t.Fatalf("mount_info = %+v, want a bound block device", info)
+	}
+	// The file the device was bound on is no mount point once unbound.
+	mounttest.Unmount(t, target)
+	var after abi.MountInfo
+	if err := hostCall(t, env, abi.HostCallMountInfo, &abi.MountInfoRequest{Target: target}, &after); err != nil || after.Mounted || after.BlockDevice {
+		t.Fatalf("mount_info after unmount = %+v, %v", after, err)
+	}
+}
