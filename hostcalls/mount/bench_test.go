@@ -2,6 +2,7 @@ package mount
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -54,4 +55,39 @@ func BenchmarkBindUnmount(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkInfo measures one Info of a tmpfs mount point by each path:
+// "statmount" asks the kernel about that one mount, "mountinfo" reads the
+// whole table. Each runs with the table as it is, then with 500 more
+// mounts, as a Kubernetes node has.
+func BenchmarkInfo(b *testing.B) {
+	mounttest.RequireRoot(b)
+	target := mounttest.Tmpfs(b, "size=1m")
+	paths := infoPaths(b)
+	run := func(b *testing.B, table string) {
+		for _, p := range paths {
+			b.Run(p.name+"/"+table, func(b *testing.B) {
+				for b.Loop() {
+					if _, err := p.info(target); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+	run(b, "table-as-is")
+
+	more := b.TempDir()
+	for i := range 500 {
+		dir := filepath.Join(more, fmt.Sprint(i))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { mounttest.Unmount(b, dir) })
+		if err := unix.Mount(more, dir, "", unix.MS_BIND, ""); err != nil {
+			b.Fatal(err)
+		}
+	}
+	run(b, "500-more-mounts")
 }
