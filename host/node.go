@@ -21,6 +21,14 @@ import (
 // for every backend, and records each stage and publication so that a
 // repeated call, a daemon restart or a reboot finds what to re-create
 // instead of failing or mounting twice.
+//
+// A new stage or publication record is written before the mount it
+// describes and synced while the host mounts; the call answers once both
+// are done, and a failed mount takes the record out again. A crash between
+// the two leaves a record without its mount, which is what a repeated call
+// or a restart already re-creates. Removing a publication works the other
+// way round: its record is deleted while the target is unmounted, and put
+// back if the unmount fails.
 
 // nodeBackend resolves the backend of a node request; a volume ID that is
 // not ours, or whose backend is not loaded, is NOT_FOUND on this node.
@@ -85,18 +93,18 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if !c.Block && rec.FsType == "" {
 		rec.FsType = b.info.DefaultFsType
 	}
-	if err := s.stage(ctx, b, &rec, req.GetPublishContext(), req.GetSecrets()); err != nil {
+	if err := s.stage(ctx, b, &rec, req.GetPublishContext(), req.GetSecrets(), true); err != nil {
 		return nil, err
-	}
-	if err := s.store.PutStage(rec); err != nil {
-		return nil, fmt.Errorf("record stage of %s: %w", id, err)
 	}
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
 // stage runs the backend's node_stage and the generic steps, and releases
-// what the backend set up when a generic step fails.
-func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publishCtx, secrets map[string]string) error {
+// what the backend set up when a generic step fails. With record set, the
+// stage record is written as soon as the backend has named the device or
+// directory, synced while the generic steps run, and removed again when
+// they fail; without it the caller records the stage.
+func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publishCtx, secrets map[string]string, record bool) error {
 	if !b.has(abi.OpNodeStage) {
 		return errf(codes.FailedPrecondition, "backend %q has no node_stage: it cannot serve volumes on nodes", b.name)
 	}
@@ -121,6 +129,13 @@ func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publis
 		s.release(ctx, b, rec)
 		return err
 	}
+	durable := func() error { return nil }
+	if record {
+		if durable, err = s.store.PutStageAsync(*rec); err != nil {
+			s.release(ctx, b, rec)
+			return fmt.Errorf("record stage of %s: %w", rec.VolumeID, err)
+		}
+	}
 	switch {
 	case rec.Directory != "" && rec.Block:
 		err = errf(codes.InvalidArgument, "backend %q serves directories, not block devices", b.name)
@@ -133,7 +148,15 @@ func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publis
 	}
 	if err != nil {
 		s.release(ctx, b, rec)
+		if record {
+			if derr := s.store.DeleteStage(rec.VolumeID); derr != nil {
+				s.log.Warn("remove stage record after failed stage", "volume", rec.VolumeID, "err", derr)
+			}
+		}
 		return err
+	}
+	if err := durable(); err != nil {
+		return fmt.Errorf("record stage of %s: %w", rec.VolumeID, err)
 	}
 	return nil
 }
@@ -146,7 +169,9 @@ func (s *Server) ensureStaged(ctx context.Context, b *backend, rec *state.Stage,
 		return err
 	}
 	s.log.Info("re-staging volume", "volume", rec.VolumeID, "staging", rec.StagingPath)
-	if err := s.stage(ctx, b, rec, publishCtx, secrets); err != nil {
+	// The record stays as it was until the stage is back: a failure here
+	// must not lose it.
+	if err := s.stage(ctx, b, rec, publishCtx, secrets, false); err != nil {
 		return err
 	}
 	return s.store.PutStage(*rec)
@@ -272,10 +297,17 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return nil, errf(codes.FailedPrecondition, "volume %q allows a single writer and is published at %q", id, pubs[0].TargetPath)
 	}
 	p := state.Publish{VolumeID: id, TargetPath: target, StagingPath: staging, ReadOnly: readOnly, Block: c.Block, MountFlags: c.MountFlags, PublishedAt: time.Now().UTC()}
+	durable, err := s.store.PutPublishAsync(p)
+	if err != nil {
+		return nil, fmt.Errorf("record publication of %s at %s: %w", id, target, err)
+	}
 	if err := s.publish(ctx, &rec, &p); err != nil {
+		if derr := s.store.DeletePublish(id, target); derr != nil {
+			s.log.Warn("remove publication record after failed publish", "volume", id, "target", target, "err", derr)
+		}
 		return nil, err
 	}
-	if err := s.store.PutPublish(p); err != nil {
+	if err := durable(); err != nil {
 		return nil, fmt.Errorf("record publication of %s at %s: %w", id, target, err)
 	}
 	return &csi.NodePublishVolumeResponse{}, nil
@@ -303,10 +335,27 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, err
 	}
 	defer unlock()
-	if err := s.node.unpublish(ctx, target); err != nil {
+	old, err := s.store.GetPublish(id, target)
+	if err != nil && !errors.Is(err, state.ErrNotFound) {
 		return nil, err
 	}
-	if err := s.store.DeletePublish(id, target); err != nil && !errors.Is(err, state.ErrNotFound) {
+	durable := func() error { return nil }
+	if err == nil {
+		if durable, err = s.store.DeletePublishAsync(id, target); err != nil && !errors.Is(err, state.ErrNotFound) {
+			return nil, fmt.Errorf("delete publication record %s at %s: %w", id, target, err)
+		} else if err != nil {
+			durable = func() error { return nil }
+		}
+	}
+	if err := s.node.unpublish(ctx, target); err != nil {
+		if old.TargetPath != "" {
+			if perr := s.store.PutPublish(old); perr != nil {
+				s.log.Warn("restore publication record after failed unpublish", "volume", id, "target", target, "err", perr)
+			}
+		}
+		return nil, err
+	}
+	if err := durable(); err != nil {
 		return nil, fmt.Errorf("delete publication record %s at %s: %w", id, target, err)
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
