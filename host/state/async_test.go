@@ -3,6 +3,7 @@ package state
 import (
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/wasmcsi/wasmcsi/abi"
 )
@@ -72,4 +73,34 @@ func TestAsyncWaitReportsLogFailure(t *testing.T) {
 		err = wait()
 	}
 	wantCode(t, err, abi.Internal, nil)
+}
+
+// An async write reaches the disk without anyone waiting for it: the sync
+// runs while the caller works.
+func TestAsyncSyncStartsAtOnce(t *testing.T) {
+	s := openQuiet(t, filepath.Join(t.TempDir(), "state.db"))
+	wait, err := s.PutStageAsync(Stage{VolumeID: "v", StagingPath: "/stage/v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := s.log.lastSeq()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		s.log.mu.Lock()
+		durable := s.log.durable
+		s.log.mu.Unlock()
+		if durable >= seq {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the async write was not synced until someone waited for it")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(); err != nil {
+		t.Fatalf("a second wait: %v", err)
+	}
 }

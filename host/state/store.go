@@ -345,8 +345,9 @@ func (s *Store) write(fn func(tx *txn) error) error {
 }
 
 // writeAsync is write that returns as soon as the changes are applied
-// (readers see them) and logged in memory; the returned wait blocks until
-// they are durable, or reports why they cannot be.
+// (readers see them) and logged in memory, with the log's write and sync
+// already started; the returned wait blocks until they are durable, or
+// reports why they cannot be.
 func (s *Store) writeAsync(fn func(tx *txn) error) (wait func() error, err error) {
 	seq, err := s.apply(fn)
 	if err != nil {
@@ -355,7 +356,11 @@ func (s *Store) writeAsync(fn func(tx *txn) error) (wait func() error, err error
 	if seq == 0 {
 		return func() error { return nil }, nil
 	}
-	return func() error { return s.log.wait(seq) }, nil
+	// The log syncs when someone waits: wait now, on the caller's behalf,
+	// so the disk works while the caller does.
+	done := make(chan error, 1)
+	go func() { done <- s.log.wait(seq) }()
+	return sync.OnceValue(func() error { return <-done }), nil
 }
 
 // apply runs fn once against a view of the store and, if it succeeds and
