@@ -42,7 +42,7 @@ func (p *Pool) Clone(ctx context.Context, src, dst string) error {
 		f.Close()
 		return fmt.Errorf("clone %s to %s: %w", src, dst, abi.Errorf(abi.AlreadyExists, "exists"))
 	}
-	if err := p.build(ctx, dst, func(tmp *os.File) error { return cloneInto(ctx, tmp, in) }); err != nil {
+	if err := p.build(ctx, dst, false, func(tmp *os.File) error { return cloneInto(ctx, tmp, in) }); err != nil {
 		return fmt.Errorf("clone %s to %s: %w", src, dst, err)
 	}
 	return nil

@@ -19,7 +19,10 @@
 // name (which fails if the name exists, so no file is ever replaced) and
 // fsync the root. On filesystems without O_TMPFILE (NFS, some FUSE), they
 // fall back to a hidden temporary name, linked the same way and then
-// unlinked; a crash can leave such a ".wasmcsi-tmp-*" file behind.
+// unlinked; a crash can leave such a ".wasmcsi-tmp-*" file behind. A file
+// Create only sized or allocated is not synced on its own on ext4 and xfs,
+// whose journal makes the size durable before the link that follows it, so
+// the root's fsync covers both.
 //
 // # Consistency
 //

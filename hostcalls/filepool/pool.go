@@ -35,6 +35,9 @@ type Pool struct {
 	dir  *os.File
 	// noTmpfile is set once the root's filesystem refused O_TMPFILE.
 	noTmpfile atomic.Bool
+	// ordered is set when the root's filesystem makes metadata changes
+	// durable in the order they were made (ext4, xfs; see build).
+	ordered bool
 }
 
 // Open opens the pool rooted at the existing folder root, an absolute path.
@@ -47,7 +50,12 @@ func Open(root string) (*Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open pool %s: %w", root, codeErr(err, err.Error()))
 	}
-	return &Pool{root: root, dir: dir}, nil
+	p := &Pool{root: root, dir: dir}
+	var st unix.Statfs_t
+	if unix.Fstatfs(int(dir.Fd()), &st) == nil {
+		p.ordered = st.Type == unix.EXT4_SUPER_MAGIC || st.Type == unix.XFS_SUPER_MAGIC
+	}
+	return p, nil
 }
 
 // Close releases the root descriptor.
@@ -101,7 +109,7 @@ func (p *Pool) Create(ctx context.Context, name string, size int64, prealloc boo
 	if exists {
 		return nil
 	}
-	err = p.build(ctx, name, func(tmp *os.File) error {
+	err = p.build(ctx, name, true, func(tmp *os.File) error {
 		if prealloc {
 			return allocate(tmp, 0, size)
 		}
@@ -283,7 +291,15 @@ func (p *Pool) openBeneath(path string, flags int, mode uint32) (*os.File, error
 // contents into an unnamed file in the root, which is synced, linked to name
 // without replacing anything (abi.AlreadyExists if name exists) and made
 // durable by syncing the root.
-func (p *Pool) build(ctx context.Context, name string, fill func(tmp *os.File) error) error {
+//
+// metadataOnly says fill wrote no data, only a size or an allocation
+// (ftruncate, fallocate). On ext4 and xfs the file's own sync is then left
+// out: their journal makes metadata changes durable in the order they were
+// made, so the root's sync after the link also makes the earlier size
+// change durable, and the name never reaches the disk without it. That
+// saves one journal commit per volume created. Files with data, and other
+// filesystems, are synced before they are linked.
+func (p *Pool) build(ctx context.Context, name string, metadataOnly bool, fill func(tmp *os.File) error) error {
 	tmp, tmpName, err := p.tempFile()
 	if err != nil {
 		return fmt.Errorf("temporary file: %w", err)
@@ -300,8 +316,10 @@ func (p *Pool) build(ctx context.Context, name string, fill func(tmp *os.File) e
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("sync: %w", err)
+	if !metadataOnly || !p.ordered {
+		if err := tmp.Sync(); err != nil {
+			return fmt.Errorf("sync: %w", err)
+		}
 	}
 	if err := p.link(tmp, tmpName, name); err != nil {
 		return err
