@@ -13,6 +13,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/host/state"
+	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
 )
 
 // The node service. A module's node_stage only says which device or
@@ -29,6 +30,14 @@ import (
 // or a restart already re-creates. Removing a publication works the other
 // way round: its record is deleted while the target is unmounted, and put
 // back if the unmount fails.
+//
+// The deletions of stage and publication records are not waited for: they
+// reach the disk with the log's next sync, moments later. One lost in a
+// crash brings back a record of a mount or device that is gone, which is
+// the state a reboot leaves every node record in and which the node
+// service handles anyway: NodeStage and NodePublish re-create, NodeUnstage
+// and NodeUnpublish tidy up, and NodeUnstage forgets publications whose
+// target is no longer mounted.
 
 // nodeBackend resolves the backend of a node request; a volume ID that is
 // not ours, or whose backend is not loaded, is NOT_FOUND on this node.
@@ -215,7 +224,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	} else if err != nil {
 		return nil, err
 	}
-	pubs, err := s.store.PublishesOf(id)
+	pubs, err := s.livePublications(id)
 	if err != nil {
 		return nil, err
 	}
@@ -233,10 +242,38 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	} else if !ok {
 		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", rec.Backend, id)
 	}
-	if err := s.store.DeleteStage(id); err != nil {
+	if _, err := s.store.DeleteStageAsync(id); err != nil && !errors.Is(err, state.ErrNotFound) {
 		return nil, fmt.Errorf("delete stage record %s: %w", id, err)
 	}
 	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// livePublications returns the recorded publications of volume id whose
+// target is still a mount point, and forgets the others: a reboot, an
+// unmount behind the daemon's back or a record deletion lost in a crash
+// leaves such records, and they must not keep the volume from being
+// unstaged.
+func (s *Server) livePublications(id string) ([]state.Publish, error) {
+	pubs, err := s.store.PublishesOf(id)
+	if err != nil {
+		return nil, err
+	}
+	live := pubs[:0]
+	for _, p := range pubs {
+		mounted, err := mount.IsMountPoint(p.TargetPath)
+		if err != nil {
+			return nil, err
+		}
+		if mounted {
+			live = append(live, p)
+			continue
+		}
+		s.log.Info("forgetting publication whose target is not mounted", "volume", id, "target", p.TargetPath)
+		if _, err := s.store.DeletePublishAsync(id, p.TargetPath); err != nil && !errors.Is(err, state.ErrNotFound) {
+			return nil, err
+		}
+	}
+	return live, nil
 }
 
 // NodePublishVolume binds the staged volume (or its device node) to the
@@ -339,12 +376,9 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	if err != nil && !errors.Is(err, state.ErrNotFound) {
 		return nil, err
 	}
-	durable := func() error { return nil }
 	if err == nil {
-		if durable, err = s.store.DeletePublishAsync(id, target); err != nil && !errors.Is(err, state.ErrNotFound) {
+		if _, err := s.store.DeletePublishAsync(id, target); err != nil && !errors.Is(err, state.ErrNotFound) {
 			return nil, fmt.Errorf("delete publication record %s at %s: %w", id, target, err)
-		} else if err != nil {
-			durable = func() error { return nil }
 		}
 	}
 	if err := s.node.unpublish(ctx, target); err != nil {
@@ -354,9 +388,6 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 			}
 		}
 		return nil, err
-	}
-	if err := durable(); err != nil {
-		return nil, fmt.Errorf("delete publication record %s at %s: %w", id, target, err)
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }

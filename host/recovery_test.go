@@ -7,6 +7,9 @@ import (
 	"slices"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 
@@ -267,4 +270,43 @@ func TestReconcileOrphanMount(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUnstageForgetsUnmountedPublication: a publication record whose
+// target is no longer mounted (a reboot, an unmount behind the daemon's
+// back, or a record deletion lost in a crash) does not keep the volume
+// from being unstaged, while a live publication still does.
+func TestUnstageForgetsUnmountedPublication(t *testing.T) {
+	requireRoot(t)
+	d := startDaemon(t, localdirOptions(t))
+	v := newLocalVolume(t, d, "stale-publication")
+	ctx := callCtx(t)
+	if err := v.stage(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.publish(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	err := v.unstage(ctx, d)
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("NodeUnstage of a published volume = %v, want FAILED_PRECONDITION", err)
+	}
+	if err := unix.Unmount(v.target, 0); err != nil {
+		t.Fatal(err)
+	}
+	v.wantMounts(t, 1, 0)
+	if err := v.unstage(ctx, d); err != nil {
+		t.Fatalf("NodeUnstage with only a stale publication record: %v", err)
+	}
+	v.wantMounts(t, 0, 0)
+	// The stale record is gone for good: staging again and unstaging
+	// works without a publication in the way, also after a restart.
+	d.restart(t)
+	if err := v.stage(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.unstage(ctx, d); err != nil {
+		t.Fatalf("NodeUnstage after restaging: %v", err)
+	}
+	v.wantMounts(t, 0, 0)
 }

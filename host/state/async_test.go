@@ -46,6 +46,9 @@ func TestAsyncNodeWrites(t *testing.T) {
 	if err := waitDel(); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.DeleteStageAsync("missing"); abi.CodeOf(err) != abi.NotFound {
+		t.Fatalf("DeleteStageAsync of a missing record = %v, want NOT_FOUND at once", err)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -59,6 +62,16 @@ func TestAsyncNodeWrites(t *testing.T) {
 	}
 	if pubs, err := s.PublishesOf("v"); err != nil || len(pubs) != 0 {
 		t.Fatalf("publishes after reopen = %+v, %v; want none", pubs, err)
+	}
+	wait, err := s.DeleteStageAsync("v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetStage("v"); abi.CodeOf(err) != abi.NotFound {
+		t.Fatalf("stage after an async delete = %v, want NOT_FOUND at once", err)
+	}
+	if err := wait(); err != nil {
+		t.Fatal(err)
 	}
 }
 

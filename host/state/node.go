@@ -57,7 +57,20 @@ func (s *Store) GetStage(volumeID string) (Stage, error) {
 
 // DeleteStage removes the stage record of a volume, or returns ErrNotFound.
 func (s *Store) DeleteStage(volumeID string) error {
-	err := s.write(func(tx *txn) error {
+	wait, err := s.DeleteStageAsync(volumeID)
+	if err != nil {
+		return err
+	}
+	if err := wait(); err != nil {
+		return fmt.Errorf("delete stage %s: %w", volumeID, err)
+	}
+	return nil
+}
+
+// DeleteStageAsync is DeleteStage that does not wait for the disk; see
+// PutStageAsync.
+func (s *Store) DeleteStageAsync(volumeID string) (wait func() error, err error) {
+	wait, err = s.writeAsync(func(tx *txn) error {
 		b := tx.Bucket(bucketStages)
 		if b.Get([]byte(volumeID)) == nil {
 			return refuse(ErrNotFound)
@@ -65,9 +78,9 @@ func (s *Store) DeleteStage(volumeID string) error {
 		return b.Delete([]byte(volumeID))
 	})
 	if err != nil {
-		return fmt.Errorf("delete stage %s: %w", volumeID, err)
+		return nil, fmt.Errorf("delete stage %s: %w", volumeID, err)
 	}
-	return nil
+	return wait, nil
 }
 
 // ListStages returns up to max stage records (0: all) in volume ID order,
