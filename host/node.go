@@ -242,7 +242,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	} else if !ok {
 		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", rec.Backend, id)
 	}
-	if _, err := s.store.DeleteStageAsync(id); err != nil && !errors.Is(err, state.ErrNotFound) {
+	if err := s.store.DeleteStageSoon(id); err != nil && !errors.Is(err, state.ErrNotFound) {
 		return nil, fmt.Errorf("delete stage record %s: %w", id, err)
 	}
 	return &csi.NodeUnstageVolumeResponse{}, nil
@@ -269,7 +269,7 @@ func (s *Server) livePublications(id string) ([]state.Publish, error) {
 			continue
 		}
 		s.log.Info("forgetting publication whose target is not mounted", "volume", id, "target", p.TargetPath)
-		if _, err := s.store.DeletePublishAsync(id, p.TargetPath); err != nil && !errors.Is(err, state.ErrNotFound) {
+		if err := s.store.DeletePublishSoon(id, p.TargetPath); err != nil && !errors.Is(err, state.ErrNotFound) {
 			return nil, err
 		}
 	}
@@ -377,7 +377,7 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, err
 	}
 	if err == nil {
-		if _, err := s.store.DeletePublishAsync(id, target); err != nil && !errors.Is(err, state.ErrNotFound) {
+		if err := s.store.DeletePublishSoon(id, target); err != nil && !errors.Is(err, state.ErrNotFound) {
 			return nil, fmt.Errorf("delete publication record %s at %s: %w", id, target, err)
 		}
 	}

@@ -30,24 +30,20 @@ func TestAsyncNodeWrites(t *testing.T) {
 	if err := waitPub(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.DeletePublishAsync("v", "/target/missing"); abi.CodeOf(err) != abi.NotFound {
-		t.Fatalf("DeletePublishAsync of a missing record = %v, want NOT_FOUND at once", err)
+	if err := s.DeletePublishSoon("v", "/target/missing"); abi.CodeOf(err) != abi.NotFound {
+		t.Fatalf("DeletePublishSoon of a missing record = %v, want NOT_FOUND at once", err)
 	}
 	if _, err := s.PutPublishAsync(Publish{VolumeID: "v"}); abi.CodeOf(err) != abi.InvalidArgument {
 		t.Fatalf("PutPublishAsync without a target = %v, want INVALID_ARGUMENT", err)
 	}
-	waitDel, err := s.DeletePublishAsync("v", "/target/a")
-	if err != nil {
+	if err := s.DeletePublishSoon("v", "/target/a"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.GetPublish("v", "/target/a"); abi.CodeOf(err) != abi.NotFound {
-		t.Fatalf("publish after an async delete = %v, want NOT_FOUND at once", err)
+		t.Fatalf("publish after DeletePublishSoon = %v, want NOT_FOUND at once", err)
 	}
-	if err := waitDel(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.DeleteStageAsync("missing"); abi.CodeOf(err) != abi.NotFound {
-		t.Fatalf("DeleteStageAsync of a missing record = %v, want NOT_FOUND at once", err)
+	if err := s.DeleteStageSoon("missing"); abi.CodeOf(err) != abi.NotFound {
+		t.Fatalf("DeleteStageSoon of a missing record = %v, want NOT_FOUND at once", err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -63,15 +59,41 @@ func TestAsyncNodeWrites(t *testing.T) {
 	if pubs, err := s.PublishesOf("v"); err != nil || len(pubs) != 0 {
 		t.Fatalf("publishes after reopen = %+v, %v; want none", pubs, err)
 	}
-	wait, err := s.DeleteStageAsync("v")
-	if err != nil {
+	if err := s.DeleteStageSoon("v"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.GetStage("v"); abi.CodeOf(err) != abi.NotFound {
-		t.Fatalf("stage after an async delete = %v, want NOT_FOUND at once", err)
+		t.Fatalf("stage after DeleteStageSoon = %v, want NOT_FOUND at once", err)
 	}
-	if err := wait(); err != nil {
+}
+
+// A Soon deletion starts no sync of its own; the next waited write's sync
+// makes it durable.
+func TestSoonRidesOnTheNextSync(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s := openQuiet(t, path)
+	if err := s.PutStage(Stage{VolumeID: "a", StagingPath: "/stage/a"}); err != nil {
 		t.Fatal(err)
+	}
+	if err := s.DeleteStageSoon("a"); err != nil {
+		t.Fatal(err)
+	}
+	seq := s.log.lastSeq()
+	time.Sleep(50 * time.Millisecond)
+	s.log.mu.Lock()
+	durable := s.log.durable
+	s.log.mu.Unlock()
+	if durable >= seq {
+		t.Fatal("a Soon deletion started a sync of its own")
+	}
+	if err := s.PutStage(Stage{VolumeID: "b", StagingPath: "/stage/b"}); err != nil {
+		t.Fatal(err)
+	}
+	s.log.mu.Lock()
+	durable = s.log.durable
+	s.log.mu.Unlock()
+	if durable < seq {
+		t.Fatal("the next waited write did not make the Soon deletion durable")
 	}
 }
 

@@ -57,20 +57,20 @@ func (s *Store) GetStage(volumeID string) (Stage, error) {
 
 // DeleteStage removes the stage record of a volume, or returns ErrNotFound.
 func (s *Store) DeleteStage(volumeID string) error {
-	wait, err := s.DeleteStageAsync(volumeID)
-	if err != nil {
-		return err
-	}
-	if err := wait(); err != nil {
-		return fmt.Errorf("delete stage %s: %w", volumeID, err)
-	}
-	return nil
+	return s.deleteStage(volumeID, s.write)
 }
 
-// DeleteStageAsync is DeleteStage that does not wait for the disk; see
-// PutStageAsync.
-func (s *Store) DeleteStageAsync(volumeID string) (wait func() error, err error) {
-	wait, err = s.writeAsync(func(tx *txn) error {
+// DeleteStageSoon is DeleteStage that does not wait for the disk, nor make
+// it work at once: the deletion is visible at once and reaches the disk
+// with the next waited write's sync or the checkpoint within a second. It
+// is for deletions that, lost in a crash, only bring back a record of
+// something that is gone.
+func (s *Store) DeleteStageSoon(volumeID string) error {
+	return s.deleteStage(volumeID, s.writeSoon)
+}
+
+func (s *Store) deleteStage(volumeID string, write func(func(tx *txn) error) error) error {
+	err := write(func(tx *txn) error {
 		b := tx.Bucket(bucketStages)
 		if b.Get([]byte(volumeID)) == nil {
 			return refuse(ErrNotFound)
@@ -78,9 +78,9 @@ func (s *Store) DeleteStageAsync(volumeID string) (wait func() error, err error)
 		return b.Delete([]byte(volumeID))
 	})
 	if err != nil {
-		return nil, fmt.Errorf("delete stage %s: %w", volumeID, err)
+		return fmt.Errorf("delete stage %s: %w", volumeID, err)
 	}
-	return wait, nil
+	return nil
 }
 
 // ListStages returns up to max stage records (0: all) in volume ID order,
@@ -158,21 +158,18 @@ func (s *Store) GetPublish(volumeID, targetPath string) (Publish, error) {
 // DeletePublish removes the publish record of a volume at a target path, or
 // returns ErrNotFound.
 func (s *Store) DeletePublish(volumeID, targetPath string) error {
-	wait, err := s.DeletePublishAsync(volumeID, targetPath)
-	if err != nil {
-		return err
-	}
-	if err := wait(); err != nil {
-		return fmt.Errorf("delete publish %s at %s: %w", volumeID, targetPath, err)
-	}
-	return nil
+	return s.deletePublish(volumeID, targetPath, s.write)
 }
 
-// DeletePublishAsync is DeletePublish that does not wait for the disk; see
-// PutStageAsync.
-func (s *Store) DeletePublishAsync(volumeID, targetPath string) (wait func() error, err error) {
+// DeletePublishSoon is DeletePublish that does not wait for the disk; see
+// DeleteStageSoon.
+func (s *Store) DeletePublishSoon(volumeID, targetPath string) error {
+	return s.deletePublish(volumeID, targetPath, s.writeSoon)
+}
+
+func (s *Store) deletePublish(volumeID, targetPath string, write func(func(tx *txn) error) error) error {
 	key := prefixKey(volumeID, targetPath)
-	wait, err = s.writeAsync(func(tx *txn) error {
+	err := write(func(tx *txn) error {
 		b := tx.Bucket(bucketPublishes)
 		if b.Get(key) == nil {
 			return refuse(ErrNotFound)
@@ -180,9 +177,9 @@ func (s *Store) DeletePublishAsync(volumeID, targetPath string) (wait func() err
 		return b.Delete(key)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("delete publish %s at %s: %w", volumeID, targetPath, err)
+		return fmt.Errorf("delete publish %s at %s: %w", volumeID, targetPath, err)
 	}
-	return wait, nil
+	return nil
 }
 
 // PublishesOf returns every publish record of a volume, in target path

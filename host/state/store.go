@@ -363,6 +363,15 @@ func (s *Store) writeAsync(fn func(tx *txn) error) (wait func() error, err error
 	return sync.OnceValue(func() error { return <-done }), nil
 }
 
+// writeSoon is write that neither waits for the disk nor starts a sync:
+// the changes reach the disk with the log's next sync, which the next
+// waited write starts, or with the checkpoint that follows within
+// maxDelay. For changes whose loss in a crash is harmless.
+func (s *Store) writeSoon(fn func(tx *txn) error) error {
+	_, err := s.apply(fn)
+	return err
+}
+
 // apply runs fn once against a view of the store and, if it succeeds and
 // changed something, appends its changes to the log and applies them to
 // the in-memory layer. It returns the log sequence number to wait for, 0
