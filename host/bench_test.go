@@ -32,8 +32,9 @@ import (
 )
 
 // benchDaemon starts a daemon serving the example module backend, built
-// with the standard Go toolchain, with the grants csi-sanity uses for it.
-// A benchmark whose example is not in the tree is skipped.
+// with the toolchain WASMCSI_BENCH_TOOLCHAIN names (go, the default, or
+// tinygo), with the grants csi-sanity uses for it. A benchmark whose
+// example is not in the tree is skipped.
 func benchDaemon(b *testing.B, backend string) *daemon {
 	b.Helper()
 	dir := filepath.Join("..", "examples", backend)
@@ -46,9 +47,23 @@ func benchDaemon(b *testing.B, backend string) *daemon {
 	}
 	return startDaemon(b, daemonOptions{
 		backend:   backend,
-		wasm:      moduletest.Build(b, dir, moduletest.Go),
+		wasm:      moduletest.Build(b, dir, benchToolchain(b)),
 		hostcalls: sanityBackends[i].hostcalls,
 	})
+}
+
+// benchToolchain is the toolchain WASMCSI_BENCH_TOOLCHAIN asks the CSI
+// benchmarks to build their modules with.
+func benchToolchain(b *testing.B) moduletest.Toolchain {
+	switch tc := moduletest.Toolchain(os.Getenv("WASMCSI_BENCH_TOOLCHAIN")); tc {
+	case "", moduletest.Go:
+		return moduletest.Go
+	case moduletest.TinyGo:
+		return tc
+	default:
+		b.Fatalf("WASMCSI_BENCH_TOOLCHAIN=%q: want go or tinygo", tc)
+		return ""
+	}
 }
 
 func mountCapability() *csi.VolumeCapability {
