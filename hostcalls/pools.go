@@ -1,11 +1,13 @@
 package hostcalls
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"sync"
+	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/wasmcsi/wasmcsi/abi"
 )
@@ -56,16 +58,15 @@ func NewPools[P any](open func(root string) (P, error), close func(P) error) *Po
 // function that releases it; the caller must call release when its host
 // call is done.
 func (c *Pools[P]) Acquire(root string) (pool P, release func(), err error) {
-	var st unix.Stat_t
-	if err := unix.Stat(root, &st); err != nil {
+	dev, ino, err := identity(root)
+	if err != nil {
 		var zero P
 		code := abi.Internal
-		if err == unix.ENOENT || err == unix.ENOTDIR {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			code = abi.FailedPrecondition
 		}
 		return zero, nil, abi.Errorf(code, fmt.Sprintf("pool %s: %v", root, err))
 	}
-	dev, ino := uint64(st.Dev), st.Ino
 	c.mu.Lock()
 	e := c.m[root]
 	if e != nil && (e.dev != dev || e.ino != ino) {
@@ -150,4 +151,17 @@ func (c *Pools[P]) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.m)
+}
+
+// identity returns the device and inode numbers of path.
+func identity(path string) (dev, ino uint64, err error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, fmt.Errorf("stat %s: no device and inode numbers", path)
+	}
+	return uint64(st.Dev), uint64(st.Ino), nil
 }
