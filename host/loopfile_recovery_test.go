@@ -613,3 +613,31 @@ func TestLoopfileReconcileOrphans(t *testing.T) {
 		v.want(t, 0, false, map[string]int{v.target: 0})
 	}
 }
+
+// TestLoopfileFailedStageLeavesNoRecord: the stage record is written before
+// the mount it describes; a mount that fails must take it out again, so
+// that the next NodeStage with other arguments starts afresh instead of
+// meeting a record of a stage that never happened.
+func TestLoopfileFailedStageLeavesNoRecord(t *testing.T) {
+	d := loopfileDaemon(t)
+	ctx := callCtx(t)
+	v := newLoopVolume(t, d, "failed-stage", false)
+	bad := loopCapability(false)
+	bad.GetMount().MountFlags = []string{"no_such_ext4_option"}
+	_, err := d.node().NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{
+		VolumeId: v.vol.GetVolumeId(), StagingTargetPath: v.staging,
+		VolumeCapability: bad, VolumeContext: v.vol.GetVolumeContext(),
+	})
+	if err == nil {
+		t.Fatal("NodeStage with a mount option ext4 does not know succeeded")
+	}
+	v.want(t, 0, false, map[string]int{v.target: 0})
+	if err := v.stage(ctx, d); err != nil {
+		t.Fatalf("NodeStage after a failed one: %v", err)
+	}
+	v.want(t, 1, true, map[string]int{v.target: 0})
+	if err := v.unstage(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	v.want(t, 0, false, map[string]int{v.target: 0})
+}
