@@ -13,6 +13,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/wasmcsi/wasmcsi/host"
 	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
@@ -640,4 +642,35 @@ func TestLoopfileFailedStageLeavesNoRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	v.want(t, 0, false, map[string]int{v.target: 0})
+}
+
+// TestLoopfileUnstageRefusedWhilePublished: NodeUnstage checks that each
+// recorded publication is still mounted before it lets a volume go; a live
+// one, a bound device node for block access or a bind for mount access,
+// keeps refusing it.
+func TestLoopfileUnstageRefusedWhilePublished(t *testing.T) {
+	d := loopfileDaemon(t)
+	for _, block := range []bool{false, true} {
+		t.Run(accessName(block), func(t *testing.T) {
+			ctx := callCtx(t)
+			v := newLoopVolume(t, d, "busy-"+accessName(block), block)
+			if err := v.stage(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+			if err := v.publish(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+			if err := v.unstage(ctx, d); status.Code(err) != codes.FailedPrecondition {
+				t.Fatalf("NodeUnstage while published = %v, want FAILED_PRECONDITION", err)
+			}
+			v.want(t, 1, true, map[string]int{v.target: 1})
+			if err := v.unpublishAt(ctx, d, v.target); err != nil {
+				t.Fatal(err)
+			}
+			if err := v.unstage(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+			v.want(t, 0, false, map[string]int{v.target: 0})
+		})
+	}
 }
