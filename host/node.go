@@ -27,9 +27,7 @@ import (
 // describes and synced while the host mounts; the call answers once both
 // are done, and a failed mount takes the record out again. A crash between
 // the two leaves a record without its mount, which is what a repeated call
-// or a restart already re-creates. Removing a publication works the other
-// way round: its record is deleted while the target is unmounted, and put
-// back if the unmount fails.
+// or a restart already re-creates.
 //
 // The deletions of stage and publication records are not waited for: they
 // reach the disk with the log's next sync, moments later. One lost in a
@@ -372,22 +370,11 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, err
 	}
 	defer unlock()
-	old, err := s.store.GetPublish(id, target)
-	if err != nil && !errors.Is(err, state.ErrNotFound) {
-		return nil, err
-	}
-	if err == nil {
-		if err := s.store.DeletePublishSoon(id, target); err != nil && !errors.Is(err, state.ErrNotFound) {
-			return nil, fmt.Errorf("delete publication record %s at %s: %w", id, target, err)
-		}
-	}
 	if err := s.node.unpublish(ctx, target); err != nil {
-		if old.TargetPath != "" {
-			if perr := s.store.PutPublish(old); perr != nil {
-				s.log.Warn("restore publication record after failed unpublish", "volume", id, "target", target, "err", perr)
-			}
-		}
 		return nil, err
+	}
+	if err := s.store.DeletePublishSoon(id, target); err != nil && !errors.Is(err, state.ErrNotFound) {
+		return nil, fmt.Errorf("delete publication record %s at %s: %w", id, target, err)
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
