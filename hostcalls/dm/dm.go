@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -207,6 +208,29 @@ func (m *Mapper) Info(ctx context.Context, name string) (Info, error) {
 		return Info{}, wrapErr("info", name, err)
 	}
 	return infoFrom(rep.header), nil
+}
+
+// DeviceName returns the device-mapper name of the block device at path
+// (symlinks followed), as the kernel shows it in sysfs; ok is false when
+// the device is not a device-mapper device. It needs no grant: it only
+// tells whose device a path is, and the callers that act on the name go
+// through a Mapper and its prefixes.
+func DeviceName(path string) (name string, ok bool, err error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return "", false, fmt.Errorf("dm device name of %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return "", false, nil
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/sys/dev/block/%d:%d/dm/name", unix.Major(st.Rdev), unix.Minor(st.Rdev)))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("dm device name of %s: %w", path, err)
+	}
+	return strings.TrimSpace(string(b)), true, nil
 }
 
 func infoFrom(h header) Info {

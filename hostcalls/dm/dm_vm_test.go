@@ -276,6 +276,36 @@ func TestSuspendReloadResume(t *testing.T) {
 	}
 }
 
+// DeviceName names a mapped device from its /dev/mapper node and from
+// the kernel's /dev/dm-N node alike.
+func TestDeviceNameOfMappedDevice(t *testing.T) {
+	m := newMapper(t)
+	ctx := context.Background()
+	loopDev, _ := looptest.Device(t, 4<<20)
+	name := testPrefix + "named"
+	path, err := m.Create(ctx, name, []Target{{0, 4096, "linear", loopDev + " 0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	removeOnCleanup(t, m, name)
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	kernel := fmt.Sprintf("/dev/dm-%d", unix.Minor(st.Rdev))
+	for _, p := range []string{path, kernel} {
+		if _, err := os.Stat(p); err != nil {
+			continue // no devtmpfs node of that name
+		}
+		if got, ok, err := DeviceName(p); err != nil || !ok || got != name {
+			t.Errorf("DeviceName(%s) = %q, %v, %v; want %q", p, got, ok, err, name)
+		}
+	}
+	if _, ok, err := DeviceName(loopDev); err != nil || ok {
+		t.Errorf("DeviceName of the loop device under it = %v, %v; want not mapped", ok, err)
+	}
+}
+
 func TestRemoveBusy(t *testing.T) {
 	m := newMapper(t)
 	m.removeRetries, m.removeBackoff = 2, time.Millisecond

@@ -28,3 +28,18 @@ func TestPoolDeviceAcceptsLoopOfGrantedFile(t *testing.T) {
 		t.Fatalf("an ungranted device: %v", err)
 	}
 }
+
+// DeviceName tells a loop device and a plain file from device-mapper
+// devices (the VM tier checks a real one: TestDeviceNameOfMappedDevice).
+func TestDeviceNameOfOtherDevices(t *testing.T) {
+	looptest.Require(t)
+	dev, file := looptest.Device(t, 1<<20)
+	for _, p := range []string{dev, file} {
+		if name, ok, err := DeviceName(p); err != nil || ok || name != "" {
+			t.Errorf("DeviceName(%s) = %q, %v, %v; want not a device-mapper device", p, name, ok, err)
+		}
+	}
+	if _, _, err := DeviceName(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("DeviceName of a missing path: no error")
+	}
+}
