@@ -354,6 +354,7 @@ func encodeGroup(v *Group) ([]byte, error) {
 	e.strs(3, v.SnapshotIDs)
 	e.time(4, v.CreatedAt)
 	e.strs(5, v.SourceVolumeIDs)
+	e.strMap(6, v.Parameters)
 	return e.result()
 }
 
@@ -370,6 +371,8 @@ func decodeGroup(b []byte) (v Group, err error) {
 			v.CreatedAt, err = decodeTime(d, t)
 		case 5:
 			err = d.RepeatedString(t, &v.SourceVolumeIDs)
+		case 6:
+			err = d.StringMapEntry(t, &v.Parameters)
 		default:
 			err = d.Skip(field, t)
 		}

@@ -74,7 +74,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		}},
 		{"group", func(t *testing.T) {
 			roundTrip(t, groupCodec, Group{ID: "g", Name: "n", SnapshotIDs: []string{"a", "", "c"}, CreatedAt: created,
-				SourceVolumeIDs: []string{"v1", "v2"}})
+				SourceVolumeIDs: []string{"v1", "v2"}, Parameters: map[string]string{"k": "v", "": ""}})
 		}},
 		{"stage", func(t *testing.T) {
 			roundTrip(t, stageCodec, Stage{VolumeID: "v", StagingPath: "/s", Backend: "b", Device: "/dev/x",

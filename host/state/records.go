@@ -64,9 +64,10 @@ type Group struct {
 	Name        string // unique among groups
 	SnapshotIDs []string
 	CreatedAt   time.Time
-	// SourceVolumeIDs are the group's volumes, sorted (the idempotency key
-	// beside Name).
+	// SourceVolumeIDs are the group's volumes, sorted, and Parameters the
+	// request's parameters: with Name, the idempotency key.
 	SourceVolumeIDs []string
+	Parameters      map[string]string
 }
 
 // Stage is a volume staged on this node (NodeStageVolume), keyed by volume ID.
