@@ -340,16 +340,15 @@ func TestListVolumesPaging(t *testing.T) {
 // capability is advertised for the backends that have it.
 func TestOperationBackendLacks(t *testing.T) {
 	d, _ := specDaemon(t)
-	local := createVolume(t, d, &csi.CreateVolumeRequest{Name: "noexpand", CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 20}})
 	faulty := createVolume(t, d, &csi.CreateVolumeRequest{Name: "nosnap", Parameters: map[string]string{backendParam: "fault"}})
 
 	_, err := d.controller().ControllerExpandVolume(callCtx(t), &csi.ControllerExpandVolumeRequest{
-		VolumeId: local.GetVolumeId(), CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 20}, VolumeCapability: rwCap,
+		VolumeId: faulty.GetVolumeId(), CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 30}, VolumeCapability: rwCap,
 	})
-	wantCode(t, err, codes.Unimplemented, "localdir")
-	got, err := d.controller().ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: local.GetVolumeId()})
-	if err != nil || got.GetVolume().GetCapacityBytes() != 1<<20 {
-		t.Errorf("after refused expansion: %v, %v (want 1 MiB recorded)", got, err)
+	wantCode(t, err, codes.Unimplemented, "fault")
+	got, err := d.controller().ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: faulty.GetVolumeId()})
+	if err != nil || got.GetVolume().GetCapacityBytes() != faulty.GetCapacityBytes() {
+		t.Errorf("after refused expansion: %v, %v (want %d recorded)", got, err, faulty.GetCapacityBytes())
 	}
 
 	caps, err := d.controller().ControllerGetCapabilities(callCtx(t), &csi.ControllerGetCapabilitiesRequest{})
@@ -363,6 +362,31 @@ func TestOperationBackendLacks(t *testing.T) {
 	wantCode(t, err, codes.Unimplemented, "fault")
 	if _, err := d.controller().ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{SourceVolumeId: faulty.GetVolumeId()}); err != nil {
 		t.Errorf("ListSnapshots: %v", err)
+	}
+}
+
+// TestExpandAdvisoryCapacity: localdir on a pool without quotas (the
+// default pool of make run) keeps the EXPAND_VOLUME the daemon advertises:
+// its capacity was advisory at creation, and expansion records the new
+// advisory size instead of answering UNIMPLEMENTED.
+func TestExpandAdvisoryCapacity(t *testing.T) {
+	d, _ := specDaemon(t)
+	local := createVolume(t, d, &csi.CreateVolumeRequest{Name: "advisory", CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 20}})
+	if local.GetVolumeContext()["quota"] != "false" {
+		t.Errorf("volume context %v does not say the capacity is not enforced", local.GetVolumeContext())
+	}
+	resp, err := d.controller().ControllerExpandVolume(callCtx(t), &csi.ControllerExpandVolumeRequest{
+		VolumeId: local.GetVolumeId(), CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 20}, VolumeCapability: rwCap,
+	})
+	if err != nil {
+		t.Fatalf("ControllerExpandVolume: %v", err)
+	}
+	if resp.GetCapacityBytes() != 2<<20 || resp.GetNodeExpansionRequired() {
+		t.Errorf("expansion answered %v, want 2 MiB and no node step", resp)
+	}
+	got, err := d.controller().ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: local.GetVolumeId()})
+	if err != nil || got.GetVolume().GetCapacityBytes() != 2<<20 {
+		t.Errorf("after expansion: %v, %v (want 2 MiB recorded)", got, err)
 	}
 }
 

@@ -16,8 +16,9 @@ const TopologyKey = "topology.wasmcsi.dev/node"
 // and "s-<slug>" for snapshots, so the two can never collide. Where the
 // pool's filesystem enforces project quotas (xfs, or ext4 with prjquota) a
 // volume's capacity is its quota and expansion raises it; elsewhere the
-// module says so at load and does not offer expansion, because it could not
-// keep that promise.
+// module says so at load, capacity is advisory from creation on, and
+// expansion records the new advisory capacity the way creation does, so
+// that what the daemon advertises (EXPAND_VOLUME) holds for every pool.
 type Backend struct {
 	pool   string
 	node   string
@@ -60,12 +61,12 @@ func (b *Backend) Configure(req *abi.ConfigureRequest) error {
 		return sdk.Errorf(abi.FailedPrecondition, "config quota=required but pool "+b.pool+" enforces no quotas: "+b.reason)
 	}
 	if !b.quota {
-		hostcall.Log(abi.LogWarn, "localdir: pool "+b.pool+" enforces no quotas ("+b.reason+"): capacity is advisory and expansion is not offered")
+		hostcall.Log(abi.LogWarn, "localdir: pool "+b.pool+" enforces no quotas ("+b.reason+"): capacity is advisory, and expansion only records it")
 	}
 	return nil
 }
 
-// Info describes the backend. Expansion is offered only with quotas.
+// Info describes the backend.
 func (b *Backend) Info() abi.BackendInfo {
 	info := abi.BackendInfo{
 		Name: "localdir", Version: "1.0.0",
@@ -80,12 +81,6 @@ func (b *Backend) Info() abi.BackendInfo {
 		TopologyKeys:     []string{TopologyKey},
 		Clone:            true,
 		Restore:          true,
-	}
-	for _, op := range sdk.Ops(b) {
-		if op == string(abi.OpExpandVolume) && !b.quota {
-			continue
-		}
-		info.Ops = append(info.Ops, op)
 	}
 	return info
 }
@@ -167,12 +162,25 @@ func (b *Backend) DeleteVolume(req *abi.DeleteVolumeRequest) error {
 	return hostcall.DirRemove(b.dir(req.Volume.LocalID))
 }
 
-// ExpandVolume raises the quota. It is offered only where quotas exist.
+// ExpandVolume raises the quota. Where the pool enforces none, the
+// capacity was advisory at creation and stays so: the new size is recorded
+// (the volume context says quota=false) and the log says nothing was
+// enforced.
 func (b *Backend) ExpandVolume(req *abi.ExpandVolumeRequest) (*abi.ExpandVolumeResponse, error) {
+	path := b.dir(req.Volume.LocalID)
 	if !b.quota {
-		return nil, sdk.Errorf(abi.FailedPrecondition, "pool enforces no quotas ("+b.reason+"): expansion would change nothing")
+		ok, err := hostcall.DirExists(path)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, sdk.Errorf(abi.NotFound, "volume directory "+path+" does not exist")
+		}
+		hostcall.Log(abi.LogInfo, "localdir: "+req.Volume.LocalID+" grows to "+strconv.FormatInt(req.RequiredBytes, 10)+
+			" bytes of advisory capacity: pool "+b.pool+" enforces no quotas ("+b.reason+")")
+		return &abi.ExpandVolumeResponse{CapacityBytes: req.RequiredBytes}, nil
 	}
-	if err := hostcall.DirSetQuota(b.dir(req.Volume.LocalID), req.RequiredBytes); err != nil {
+	if err := hostcall.DirSetQuota(path, req.RequiredBytes); err != nil {
 		return nil, err
 	}
 	return &abi.ExpandVolumeResponse{CapacityBytes: req.RequiredBytes}, nil

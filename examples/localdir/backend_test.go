@@ -5,10 +5,12 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
+	"github.com/wasmcsi/wasmcsi/sdk"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
@@ -83,17 +85,53 @@ func TestConfigure(t *testing.T) {
 	if _, err := realBackend(t, pool, map[string]string{"colour": "blue"}); abi.CodeOf(err) != abi.InvalidArgument {
 		t.Errorf("unknown key: %v", err)
 	}
-	b, err := realBackend(t, pool, map[string]string{"quota": "off"})
+	if _, err := realBackend(t, pool, map[string]string{"quota": "off"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// offers reports whether backend_info, as the daemon reads it, lists op.
+func offers(t *testing.T, b *Backend, op abi.Op) bool {
+	t.Helper()
+	out, code := sdk.Dispatch(b, abi.OpInfo, nil)
+	var info abi.BackendInfo
+	if code != abi.OK {
+		t.Fatalf("backend_info: %s %s", code, out)
+	}
+	if err := info.UnmarshalWire(out); err != nil {
+		t.Fatal(err)
+	}
+	return slices.Contains(info.Ops, string(op))
+}
+
+// TestExpandWithoutQuotas: on a pool without quotas capacity is advisory
+// from creation on, and expansion is offered all the same and records the
+// new advisory size, so the plugin-wide EXPAND_VOLUME holds for localdir
+// on every pool. A volume whose directory is gone is NOT_FOUND.
+func TestExpandWithoutQuotas(t *testing.T) {
+	b, err := realBackend(t, t.TempDir(), map[string]string{"quota": "off"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, op := range b.Info().Ops {
-		if op == string(abi.OpExpandVolume) {
-			t.Error("expansion offered without quotas")
-		}
+	if !offers(t, b, abi.OpExpandVolume) {
+		t.Fatal("expansion not offered without quotas")
 	}
-	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: abi.VolumeRef{LocalID: "v-x"}, RequiredBytes: 1}); abi.CodeOf(err) != abi.FailedPrecondition {
-		t.Errorf("ExpandVolume without quotas: %v", err)
+	vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "grow", RequiredBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vol.Context["quota"] != "false" {
+		t.Errorf("volume context %v does not say capacity is not enforced", vol.Context)
+	}
+	resp, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: abi.VolumeRef{LocalID: vol.LocalID, Context: vol.Context, CapacityBytes: 1 << 20}, RequiredBytes: 2 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.CapacityBytes != 2<<20 || resp.NodeExpansionRequired {
+		t.Errorf("expansion answered %+v, want 2 MiB and no node step", resp)
+	}
+	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: abi.VolumeRef{LocalID: "v-gone"}, RequiredBytes: 2 << 20}); abi.CodeOf(err) != abi.NotFound {
+		t.Errorf("ExpandVolume of a missing directory: %v, want NOT_FOUND", err)
 	}
 }
 

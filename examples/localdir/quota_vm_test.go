@@ -63,11 +63,7 @@ func TestQuotaEnforcedAndExpanded(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			offered := false
-			for _, op := range b.Info().Ops {
-				offered = offered || op == string(abi.OpExpandVolume)
-			}
-			if !offered {
+			if !offers(t, b, abi.OpExpandVolume) {
 				t.Fatal("expansion not offered on a quota pool")
 			}
 			const mib = 1 << 20
