@@ -1,6 +1,7 @@
 # wasmcsi — the targets a Go developer types without reading.
 #   make run        build the daemon and the example modules, serve CSI with the embedded config
 #   make test       every test (root runs the real mount/loop/csi-sanity tiers; others skip with a reason)
+#   make sanity     the csi-sanity binary against the daemon as make run starts it (root)
 #   make test-vm    the privileged tier (device-mapper, iSCSI) inside a QEMU guest
 #   make bench      benchmarks: module calls, CSI operation rates, primitives
 #   make lint       gofmt, go vet, staticcheck
@@ -17,7 +18,7 @@ GOSRC    := $(shell find abi sdk hostcalls host modules cmd examples -name '*.go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s
 
-.PHONY: all build modules modules-tinygo run test test-vm bench lint tinygo clean
+.PHONY: all build modules modules-tinygo run test sanity test-vm bench lint tinygo clean
 
 all: build
 
@@ -45,6 +46,11 @@ run: build
 
 test:
 	$(GO) test -count=1 -timeout 30m ./...
+
+# csi-sanity as its own binary (csi-test, pinned) against bin/wasmcsi serve
+# with the embedded configuration, in a temporary folder of its own.
+sanity:
+	GO=$(GO) bash .ci/sanity.sh
 
 test-vm:
 	bash .ci/vm/test.sh
