@@ -266,7 +266,9 @@ type NodeInfoResponse struct {
 // this node and say where it is. The host then does the generic steps
 // (format when blank, mount at StagingPath, bind for publish).
 type NodeStageRequest struct {
-	Volume         VolumeRef         `wire:"1"`
+	Volume VolumeRef `wire:"1"`
+	// PublishContext is what controller_publish returned, with the host's
+	// own key wasmcsi.dev/published-node beside it.
 	PublishContext map[string]string `wire:"2"`
 	StagingPath    string            `wire:"3"`
 	Capability     Capability        `wire:"4"`

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/host/config"
 	"github.com/wasmcsi/wasmcsi/host/state"
 )
 
@@ -317,8 +318,10 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	} else if err != nil {
 		return nil, err
 	}
-	if len(v.Published) > 0 {
-		return nil, errf(codes.FailedPrecondition, "volume %q is still published to %v", id, slices.Sorted(maps.Keys(v.Published)))
+	if use, err := s.volumeInUse(&v); err != nil {
+		return nil, err
+	} else if use != "" {
+		return nil, errf(codes.FailedPrecondition, "volume %q is in use: %s; unpublish and unstage it first", id, use)
 	}
 	b, ok := s.backends.Load().get(v.Backend)
 	if !ok {
@@ -358,7 +361,7 @@ func (s *Server) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	if err != nil {
 		return nil, notFoundOr(err, "volume %q", id)
 	}
-	_, nodeCtx, ok := parseNodeID(nodeID)
+	nodeName, nodeCtx, ok := parseNodeID(nodeID)
 	if !ok {
 		return nil, errf(codes.NotFound, "node %q not found: not a node ID issued by NodeGetInfo", nodeID)
 	}
@@ -378,7 +381,7 @@ func (s *Server) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 			return nil, errf(codes.AlreadyExists, "volume %q is published to %q with readonly=%v", id, nodeID, p.ReadOnly)
 		}
 		if !b.has(abi.OpControllerPublish) {
-			return &csi.ControllerPublishVolumeResponse{PublishContext: p.Context}, nil
+			return &csi.ControllerPublishVolumeResponse{PublishContext: withPublishedNode(p.Context, nodeName)}, nil
 		}
 		// A repeat still reaches the module, whose publish is idempotent:
 		// what it set up may be gone (a storage host's target
@@ -401,7 +404,7 @@ func (s *Server) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	if err := s.store.PutVolume(v); err != nil {
 		return nil, fmt.Errorf("record publication of %s: %w", id, err)
 	}
-	return &csi.ControllerPublishVolumeResponse{PublishContext: resp.PublishContext}, nil
+	return &csi.ControllerPublishVolumeResponse{PublishContext: withPublishedNode(resp.PublishContext, nodeName)}, nil
 }
 
 // ControllerUnpublishVolume revokes a node's access (every node's when
@@ -556,8 +559,11 @@ func (s *Server) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 	return out, nil
 }
 
+// advertisesPublish says whether the CO must call ControllerPublishVolume.
+// A controller-only daemon always asks for it: its publications are how it
+// knows that a volume is in use on a node (RATIONALE.md).
 func (s *Server) advertisesPublish() bool {
-	return s.backends.Load().any(func(b *backend) bool { return b.has(abi.OpControllerPublish) })
+	return s.cfg.Role == config.RoleController || s.backends.Load().any(func(b *backend) bool { return b.has(abi.OpControllerPublish) })
 }
 
 // ControllerGetCapabilities follows from what the loaded backends implement.
@@ -578,7 +584,7 @@ func (s *Server) ControllerGetCapabilities(ctx context.Context, _ *csi.Controlle
 			types = append(types, t...)
 		}
 	}
-	add(has(abi.OpControllerPublish), csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
+	add(s.advertisesPublish(), csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
 		csi.ControllerServiceCapability_RPC_PUBLISH_READONLY, csi.ControllerServiceCapability_RPC_LIST_VOLUMES_PUBLISHED_NODES)
 	add(has(abi.OpGetCapacity), csi.ControllerServiceCapability_RPC_GET_CAPACITY)
 	add(has(abi.OpCreateSnapshot), csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
@@ -638,8 +644,12 @@ func (s *Server) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 	if !b.has(abi.OpExpandVolume) {
 		return nil, errf(codes.Unimplemented, "backend %q cannot expand volumes", b.name)
 	}
-	if b.info.ExpandOffline && len(v.Published) > 0 {
-		return nil, errf(codes.FailedPrecondition, "backend %q expands only unpublished volumes; %q is published", b.name, id)
+	if b.info.ExpandOffline {
+		if use, err := s.volumeInUse(&v); err != nil {
+			return nil, err
+		} else if use != "" {
+			return nil, errf(codes.FailedPrecondition, "backend %q expands only volumes not in use; %q is %s", b.name, id, use)
+		}
 	}
 	size := roundUp(required, b.info.Granularity)
 	if limit > 0 && size > limit {

@@ -56,6 +56,9 @@ type daemonOptions struct {
 	// roots beside the pool folder, which is always the first root.
 	extraRoots []string
 	role       string
+	// pool, when set, is the first module's pool folder instead of a new
+	// one (a node daemon serving the volumes of a controller daemon).
+	pool string
 	// more modules served beside the first.
 	more []daemonModule
 	// limits replace the non-zero fields of the daemon-wide limits.
@@ -114,6 +117,9 @@ func startDaemon(t testing.TB, o daemonOptions) *daemon {
 		pool := filepath.Join(dir, "pools", m.name)
 		if i == 0 {
 			pool = filepath.Join(dir, "pool")
+			if o.pool != "" {
+				pool = o.pool
+			}
 			d.pool = pool
 		}
 		if err := os.MkdirAll(pool, 0o755); err != nil {

@@ -92,6 +92,9 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	} else if !errors.Is(err, state.ErrNotFound) {
 		return nil, err
 	}
+	if err := s.checkPublishedHere(id, req.GetPublishContext()); err != nil {
+		return nil, err
+	}
 	rec := state.Stage{
 		VolumeID: id, StagingPath: staging, Backend: b.name, Block: c.Block,
 		FsType: c.FsType, MountFlags: c.MountFlags, AccessMode: int32(c.AccessMode),
