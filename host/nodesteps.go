@@ -27,7 +27,9 @@ type nodeSteps struct {
 func newNodeSteps(log *slog.Logger) *nodeSteps { return &nodeSteps{log: log} }
 
 // formatAndMount puts a filesystem on a blank device (never on one that
-// holds any signature) and mounts it at target.
+// holds any signature) and mounts it at target. A filesystem smaller than
+// its device (a restore or clone into a larger volume) is grown first, see
+// growToDevice.
 func (n *nodeSteps) formatAndMount(ctx context.Context, dev, target, fstype string, flags []string, readOnly bool) error {
 	if err := os.MkdirAll(target, 0o750); err != nil {
 		return fmt.Errorf("create staging path %s: %w", target, err)
@@ -51,6 +53,12 @@ func (n *nodeSteps) formatAndMount(ctx context.Context, dev, target, fstype stri
 	default:
 		fstype = found
 	}
+	growMounted := false
+	if found != "" && !readOnly && !slices.Contains(flags, "ro") {
+		if growMounted, err = n.growToDevice(ctx, dev, fstype); err != nil {
+			return err
+		}
+	}
 	if readOnly && !slices.Contains(flags, "ro") {
 		flags = append(slices.Clone(flags), "ro")
 	}
@@ -59,8 +67,41 @@ func (n *nodeSteps) formatAndMount(ctx context.Context, dev, target, fstype stri
 		// refuses a second mount of one UUID without nouuid.
 		flags = append(slices.Clone(flags), "nouuid")
 	}
-	_, err = mount.Mount(ctx, dev, target, fstype, flags)
-	return err
+	if _, err = mount.Mount(ctx, dev, target, fstype, flags); err != nil || !growMounted {
+		return err
+	}
+	if err := fs.Grow(ctx, dev, target, fstype); err != nil {
+		if _, uerr := mount.Unmount(ctx, target); uerr != nil {
+			n.log.Warn("unmount after failed grow", "path", target, "err", uerr)
+		}
+		return fmt.Errorf("grow %s on %s to its device: %w", fstype, dev, err)
+	}
+	return nil
+}
+
+// growToDevice grows the filesystem on an unmounted device when the device
+// is larger than it (by what the filesystem's own tool would add, at least
+// 1 MiB): a volume restored from a snapshot or cloned into a larger size
+// holds the source's filesystem. ext4 grows here, offline (a forced check,
+// then resize2fs), which needs no CAP_SYS_RESOURCE, unlike online growth;
+// xfs and btrfs grow only mounted, so mounted reports that the caller must
+// grow after mounting.
+func (n *nodeSteps) growToDevice(ctx context.Context, dev, fstype string) (mounted bool, err error) {
+	size, ok, err := fs.ReadSize(ctx, dev)
+	if err != nil {
+		return false, fmt.Errorf("read filesystem size on %s: %w", dev, err)
+	}
+	if !ok || size.Type != fstype || !size.Growable() {
+		return false, nil
+	}
+	n.log.Info("growing filesystem to its device", "device", dev, "fstype", fstype, "bytes", size.Bytes, "device_bytes", size.DeviceBytes)
+	if fstype != fs.Ext4 {
+		return true, nil
+	}
+	if err := fs.Grow(ctx, dev, "", fstype); err != nil {
+		return false, fmt.Errorf("grow %s on %s to its device: %w", fstype, dev, err)
+	}
+	return false, nil
 }
 
 // bind bind-mounts src at target; file is true for a block device node.

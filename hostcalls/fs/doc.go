@@ -1,6 +1,8 @@
 // Package fs puts filesystems on block devices and looks after them: it
-// probes a device for any signature, makes ext4, xfs and btrfs, grows a
-// mounted filesystem to fill its grown device, and reports usage. The host's
+// probes a device for any signature, makes ext4, xfs and btrfs, reads from
+// their superblocks how much of the device they span and what a grow would
+// make of it (ReadSize, in process), grows a filesystem to fill its grown
+// device, and reports usage. The host's
 // generic node steps compose these with mounting; modules never call this
 // package directly.
 //
