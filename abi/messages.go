@@ -87,6 +87,12 @@ type BackendInfo struct {
 	ExpandOffline bool `wire:"18"`
 	// MaxVolumesPerNode for NodeGetInfo; 0 = no limit.
 	MaxVolumesPerNode int64 `wire:"19"`
+	// MutableParameters are the parameter keys modify_volume can change
+	// (VolumeAttributesClass keys). The host refuses any other key in
+	// CreateVolume's and ControllerModifyVolume's mutable_parameters with
+	// INVALID_ARGUMENT before calling the module; a module without
+	// modify_volume has none.
+	MutableParameters []string `wire:"20"`
 	// SingleNodeMultiWriter and ReadOnly publish are implied by AccessModes.
 }
 
@@ -123,7 +129,9 @@ type CreateVolumeRequest struct {
 	Source        *VolumeSource     `wire:"6"`
 	Requisite     []Topology        `wire:"7"`
 	Preferred     []Topology        `wire:"8"`
-	// MutableParameters (VolumeAttributesClass) if any.
+	// MutableParameters (VolumeAttributesClass) if any: only keys of
+	// BackendInfo.MutableParameters, which take precedence over the same
+	// keys in Parameters.
 	MutableParameters map[string]string `wire:"9"`
 }
 
@@ -155,6 +163,23 @@ type ExpandVolumeResponse struct {
 	CapacityBytes         int64             `wire:"1"`
 	NodeExpansionRequired bool              `wire:"2"`
 	Context               map[string]string `wire:"3"` // replaces the volume's context when not empty
+}
+
+// ModifyVolumeRequest changes mutable parameters of a volume
+// (ControllerModifyVolume). MutableParameters holds only the keys the CO
+// asked to change, each one of BackendInfo.MutableParameters; keys not
+// named keep their value. The module checks the values (INVALID_ARGUMENT,
+// having changed nothing) and applies them; a repeat with the same values
+// must succeed.
+type ModifyVolumeRequest struct {
+	Volume            VolumeRef         `wire:"1"`
+	MutableParameters map[string]string `wire:"2"`
+	Secrets           map[string]string `wire:"3"`
+}
+
+// ModifyVolumeResponse may carry the volume's new context.
+type ModifyVolumeResponse struct {
+	Context map[string]string `wire:"1"` // replaces the volume's context when not empty
 }
 
 // CreateSnapshotRequest cuts a snapshot of a volume.

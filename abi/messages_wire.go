@@ -206,6 +206,7 @@ func (m *BackendInfo) AppendWire(b []byte) []byte {
 	b = wire.AppendBool(b, 17, m.NodeExpansion)
 	b = wire.AppendBool(b, 18, m.ExpandOffline)
 	b = wire.AppendInt64(b, 19, m.MaxVolumesPerNode)
+	b = wire.AppendStrings(b, 20, m.MutableParameters)
 	return b
 }
 
@@ -262,6 +263,8 @@ func (m *BackendInfo) decodeWire(d *wire.Decoder) error {
 			m.ExpandOffline, err = d.Bool(typ)
 		case 19:
 			m.MaxVolumesPerNode, err = d.Int64(typ)
+		case 20:
+			err = d.RepeatedString(typ, &m.MutableParameters)
 		default:
 			err = d.Skip(field, typ)
 		}
@@ -674,6 +677,89 @@ func (m *ExpandVolumeResponse) decodeWire(d *wire.Decoder) error {
 		}
 		if err != nil {
 			return wire.Wrap("ExpandVolumeResponse", field, err)
+		}
+	}
+	return nil
+}
+
+// AppendWire appends the wire encoding of m to b. Zero fields are omitted.
+func (m *ModifyVolumeRequest) AppendWire(b []byte) []byte {
+	if m == nil {
+		return b
+	}
+	var mark int
+	b, mark = wire.BeginMessage(b, 1)
+	b = wire.EndMessageOmitEmpty(m.Volume.AppendWire(b), mark)
+	b = wire.AppendStringMap(b, 2, m.MutableParameters)
+	b = wire.AppendStringMap(b, 3, m.Secrets)
+	return b
+}
+
+// UnmarshalWire sets m to the message encoded in b, skipping unknown fields.
+func (m *ModifyVolumeRequest) UnmarshalWire(b []byte) error {
+	d := wire.NewDecoder(b)
+	return m.decodeWire(&d)
+}
+
+// decodeWire is UnmarshalWire on a Decoder shared with the enclosing message.
+func (m *ModifyVolumeRequest) decodeWire(d *wire.Decoder) error {
+	*m = ModifyVolumeRequest{}
+	for !d.Done() {
+		field, typ, err := d.Next()
+		if err != nil {
+			return wire.Wrap("ModifyVolumeRequest", 0, err)
+		}
+		switch field {
+		case 1:
+			var sub wire.Decoder
+			if sub, err = d.Message(typ); err == nil {
+				err = m.Volume.decodeWire(&sub)
+			}
+		case 2:
+			err = d.StringMapEntry(typ, &m.MutableParameters)
+		case 3:
+			err = d.StringMapEntry(typ, &m.Secrets)
+		default:
+			err = d.Skip(field, typ)
+		}
+		if err != nil {
+			return wire.Wrap("ModifyVolumeRequest", field, err)
+		}
+	}
+	return nil
+}
+
+// AppendWire appends the wire encoding of m to b. Zero fields are omitted.
+func (m *ModifyVolumeResponse) AppendWire(b []byte) []byte {
+	if m == nil {
+		return b
+	}
+	b = wire.AppendStringMap(b, 1, m.Context)
+	return b
+}
+
+// UnmarshalWire sets m to the message encoded in b, skipping unknown fields.
+func (m *ModifyVolumeResponse) UnmarshalWire(b []byte) error {
+	d := wire.NewDecoder(b)
+	return m.decodeWire(&d)
+}
+
+// decodeWire is UnmarshalWire on a Decoder shared with the enclosing message.
+func (m *ModifyVolumeResponse) decodeWire(d *wire.Decoder) error {
+	*m = ModifyVolumeResponse{}
+	for !d.Done() {
+		field, typ, err := d.Next()
+		if err != nil {
+			return wire.Wrap("ModifyVolumeResponse", 0, err)
+		}
+		switch field {
+		case 1:
+			err = d.StringMapEntry(typ, &m.Context)
+		default:
+			err = d.Skip(field, typ)
+		}
+		if err != nil {
+			return wire.Wrap("ModifyVolumeResponse", field, err)
 		}
 	}
 	return nil

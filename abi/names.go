@@ -26,6 +26,7 @@ const (
 	OpCreateVolume        Op = "create_volume"
 	OpDeleteVolume        Op = "delete_volume"
 	OpExpandVolume        Op = "expand_volume"
+	OpModifyVolume        Op = "modify_volume"
 	OpCreateSnapshot      Op = "create_snapshot"
 	OpDeleteSnapshot      Op = "delete_snapshot"
 	OpGetCapacity         Op = "get_capacity"
@@ -47,7 +48,7 @@ var AllOps = []Op{
 	OpInfo, OpConfigure,
 	OpCreateVolume, OpDeleteVolume, OpExpandVolume, OpCreateSnapshot,
 	OpDeleteSnapshot, OpGetCapacity, OpControllerPublish, OpControllerUnpublish,
-	OpVolumeHealth,
+	OpVolumeHealth, OpModifyVolume,
 	OpNodeInfo, OpNodeStage, OpNodeUnstage, OpNodeExpand, OpSnapshotData, OpStorageHealth,
 }
 

@@ -35,6 +35,10 @@ func Dispatch(b Backend, op abi.Op, req []byte) ([]byte, abi.Code) {
 		return run(req, &abi.ExpandVolumeRequest{}, func(r *abi.ExpandVolumeRequest) (abi.Message, error) {
 			return nonNil(b.(Expander).ExpandVolume(r))
 		})
+	case abi.OpModifyVolume:
+		return run(req, &abi.ModifyVolumeRequest{}, func(r *abi.ModifyVolumeRequest) (abi.Message, error) {
+			return nonNil(b.(Modifier).ModifyVolume(r))
+		})
 	case abi.OpCreateSnapshot:
 		return run(req, &abi.CreateSnapshotRequest{}, func(r *abi.CreateSnapshotRequest) (abi.Message, error) {
 			return nonNil(b.(Snapshotter).CreateSnapshot(r))

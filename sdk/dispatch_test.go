@@ -47,6 +47,10 @@ func (f *full) ExpandVolume(r *abi.ExpandVolumeRequest) (*abi.ExpandVolumeRespon
 	f.hit("ExpandVolume", r)
 	return as[abi.ExpandVolumeResponse](f.resp), f.err
 }
+func (f *full) ModifyVolume(r *abi.ModifyVolumeRequest) (*abi.ModifyVolumeResponse, error) {
+	f.hit("ModifyVolume", r)
+	return as[abi.ModifyVolumeResponse](f.resp), f.err
+}
 func (f *full) CreateSnapshot(r *abi.CreateSnapshotRequest) (*abi.CreateSnapshotResponse, error) {
 	f.hit("CreateSnapshot", r)
 	return as[abi.CreateSnapshotResponse](f.resp), f.err
@@ -132,6 +136,8 @@ func opCases() []opCase {
 		{abi.OpDeleteVolume, "DeleteVolume", &abi.DeleteVolumeRequest{Volume: vol}, nil},
 		{abi.OpExpandVolume, "ExpandVolume", &abi.ExpandVolumeRequest{Volume: vol, RequiredBytes: 2 << 30, Capability: &capab},
 			&abi.ExpandVolumeResponse{CapacityBytes: 2 << 30, NodeExpansionRequired: true}},
+		{abi.OpModifyVolume, "ModifyVolume", &abi.ModifyVolumeRequest{Volume: vol, MutableParameters: map[string]string{"prealloc": "true"}, Secrets: map[string]string{"s": "t"}},
+			&abi.ModifyVolumeResponse{Context: map[string]string{"prealloc": "true"}}},
 		{abi.OpCreateSnapshot, "CreateSnapshot", &abi.CreateSnapshotRequest{Name: "snap-1", Source: vol, Parameters: map[string]string{"x": "y"}},
 			&abi.CreateSnapshotResponse{LocalID: "s-1", SizeBytes: 4096, ReadyToUse: true}},
 		{abi.OpDeleteSnapshot, "DeleteSnapshot", &abi.DeleteSnapshotRequest{Snapshot: snap}, nil},

@@ -32,6 +32,13 @@ type Expander interface {
 	ExpandVolume(req *abi.ExpandVolumeRequest) (*abi.ExpandVolumeResponse, error)
 }
 
+// Modifier changes a volume's mutable parameters (ControllerModifyVolume).
+// Info's MutableParameters lists the keys it accepts; the host refuses
+// every other key before calling it.
+type Modifier interface {
+	ModifyVolume(req *abi.ModifyVolumeRequest) (*abi.ModifyVolumeResponse, error)
+}
+
 // Snapshotter cuts and deletes snapshots.
 type Snapshotter interface {
 	CreateSnapshot(req *abi.CreateSnapshotRequest) (*abi.CreateSnapshotResponse, error)
@@ -105,6 +112,9 @@ func Implements(b Backend, op abi.Op) bool {
 		return ok
 	case abi.OpExpandVolume:
 		_, ok := b.(Expander)
+		return ok
+	case abi.OpModifyVolume:
+		_, ok := b.(Modifier)
 		return ok
 	case abi.OpCreateSnapshot, abi.OpDeleteSnapshot:
 		_, ok := b.(Snapshotter)

@@ -57,6 +57,9 @@ func opDeleteVolume() uint32 { return serve(abi.OpDeleteVolume) }
 //go:wasmexport expand_volume
 func opExpandVolume() uint32 { return serve(abi.OpExpandVolume) }
 
+//go:wasmexport modify_volume
+func opModifyVolume() uint32 { return serve(abi.OpModifyVolume) }
+
 //go:wasmexport create_snapshot
 func opCreateSnapshot() uint32 { return serve(abi.OpCreateSnapshot) }
 
