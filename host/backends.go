@@ -3,12 +3,15 @@ package host
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/modules"
@@ -41,6 +44,22 @@ func (b *backend) supportsCapability(c abi.Capability) error {
 	}
 	if !c.Block && c.FsType != "" && len(b.info.FsTypes) > 0 && !contains(b.info.FsTypes, c.FsType) {
 		return fmt.Errorf("backend %q does not support fs_type %q (supported: %s)", b.name, c.FsType, strings.Join(b.info.FsTypes, ", "))
+	}
+	return nil
+}
+
+// checkMutable refuses mutable parameters the backend cannot change:
+// every key must be one its module lists in BackendInfo.MutableParameters
+// and implements modify_volume for.
+func (b *backend) checkMutable(params map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		if !b.has(abi.OpModifyVolume) || !contains(b.info.MutableParameters, k) {
+			known := "none"
+			if b.has(abi.OpModifyVolume) && len(b.info.MutableParameters) > 0 {
+				known = strings.Join(b.info.MutableParameters, ", ")
+			}
+			return errf(codes.InvalidArgument, "mutable parameter %q: backend %q cannot change it (mutable: %s)", k, b.name, known)
+		}
 	}
 	return nil
 }

@@ -136,6 +136,10 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 			return nil, errf(codes.InvalidArgument, "%v", err)
 		}
 	}
+	mutable := req.GetMutableParameters()
+	if err := b.checkMutable(mutable); err != nil {
+		return nil, err
+	}
 	required, limit := req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes()
 	if required < 0 || limit < 0 {
 		return nil, errf(codes.InvalidArgument, "negative capacity range")
@@ -161,7 +165,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	defer unlock()
 
 	if old, err := s.store.VolumeByName(name); err == nil {
-		if err := sameVolume(&old, b.name, required, limit, caps, params, srcSnap, srcVol); err != nil {
+		if err := sameVolume(&old, b.name, required, limit, caps, params, mutable, srcSnap, srcVol); err != nil {
 			return nil, errf(codes.AlreadyExists, "volume %q exists with other arguments: %v", name, err)
 		}
 		return &csi.CreateVolumeResponse{Volume: csiVolume(&old)}, nil
@@ -173,7 +177,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		Name: name, Parameters: params, Capabilities: caps,
 		Requisite:         topologiesFromCSI(req.GetAccessibilityRequirements().GetRequisite()),
 		Preferred:         topologiesFromCSI(req.GetAccessibilityRequirements().GetPreferred()),
-		MutableParameters: req.GetMutableParameters(),
+		MutableParameters: mutable,
 	}
 	var sourceSize int64
 	switch {
@@ -230,7 +234,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		ID: makeID(b.name, resp.LocalID), Name: name, Backend: b.name, LocalID: resp.LocalID,
 		CapacityBytes: resp.CapacityBytes, Parameters: params, Context: resp.Context,
 		Capabilities: stateCaps(caps), SourceSnapshotID: srcSnap, SourceVolumeID: srcVol,
-		CreatedAt: time.Now().UTC(),
+		CreatedAt: time.Now().UTC(), MutableParameters: mutable,
 	}
 	for _, t := range resp.Topology {
 		v.Topology = append(v.Topology, t.Segments)
@@ -268,7 +272,7 @@ func (b *backend) sizeFor(required, limit, sourceSize int64) (int64, error) {
 
 // sameVolume decides whether a repeated CreateVolume asks for the volume
 // that exists; the error says what differs.
-func sameVolume(v *state.Volume, backend string, required, limit int64, caps []abi.Capability, params map[string]string, srcSnap, srcVol string) error {
+func sameVolume(v *state.Volume, backend string, required, limit int64, caps []abi.Capability, params, mutable map[string]string, srcSnap, srcVol string) error {
 	switch {
 	case v.Backend != backend:
 		return fmt.Errorf("backend %q, not %q", v.Backend, backend)
@@ -280,6 +284,8 @@ func sameVolume(v *state.Volume, backend string, required, limit int64, caps []a
 		return fmt.Errorf("another content source")
 	case !maps.Equal(v.Parameters, params) && !(len(v.Parameters) == 0 && len(params) == 0):
 		return fmt.Errorf("other parameters")
+	case !maps.Equal(v.MutableParameters, mutable) && !(len(v.MutableParameters) == 0 && len(mutable) == 0):
+		return fmt.Errorf("other mutable parameters")
 	}
 	have := abiCaps(v.Capabilities)
 	for _, c := range caps {
@@ -591,6 +597,7 @@ func (s *Server) ControllerGetCapabilities(ctx context.Context, _ *csi.Controlle
 		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS, csi.ControllerServiceCapability_RPC_GET_SNAPSHOT)
 	add(set.any(func(b *backend) bool { return b.info.Clone }), csi.ControllerServiceCapability_RPC_CLONE_VOLUME)
 	add(has(abi.OpExpandVolume), csi.ControllerServiceCapability_RPC_EXPAND_VOLUME)
+	add(has(abi.OpModifyVolume), csi.ControllerServiceCapability_RPC_MODIFY_VOLUME)
 	add(set.any(func(b *backend) bool {
 		return b.supportsMode(abi.AccessSingleNodeMultiWriter) || b.supportsMode(abi.AccessSingleNodeSingleWriter)
 	}), csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER)
@@ -673,4 +680,52 @@ func (s *Server) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 		return nil, fmt.Errorf("record expansion of %s: %w", id, err)
 	}
 	return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes, NodeExpansionRequired: resp.NodeExpansionRequired || nodeExpansion}, nil
+}
+
+// ControllerModifyVolume changes mutable parameters of a volume. Only keys
+// its backend declares mutable are accepted; anything else is
+// INVALID_ARGUMENT before the module runs, so nothing has changed. Keys the
+// request does not name keep their value, and a request naming none has
+// nothing to do.
+func (s *Server) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, errf(codes.InvalidArgument, "volume_id missing")
+	}
+	unlock, err := s.lock(volKey(id))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	v, err := s.store.GetVolume(id)
+	if err != nil {
+		return nil, notFoundOr(err, "volume %q", id)
+	}
+	b, ok := s.backends.Load().get(v.Backend)
+	if !ok {
+		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", v.Backend, id)
+	}
+	params := req.GetMutableParameters()
+	if err := b.checkMutable(params); err != nil {
+		return nil, err
+	}
+	if len(params) == 0 {
+		return &csi.ControllerModifyVolumeResponse{}, nil
+	}
+	var resp abi.ModifyVolumeResponse
+	mreq := abi.ModifyVolumeRequest{Volume: volumeRef(&v), MutableParameters: params, Secrets: req.GetSecrets()}
+	if err := b.call(ctx, abi.OpModifyVolume, &mreq, &resp); err != nil {
+		return nil, err
+	}
+	if v.MutableParameters == nil {
+		v.MutableParameters = make(map[string]string, len(params))
+	}
+	maps.Copy(v.MutableParameters, params)
+	if len(resp.Context) > 0 {
+		v.Context = resp.Context
+	}
+	if err := s.store.PutVolume(v); err != nil {
+		return nil, fmt.Errorf("record modification of %s: %w", id, err)
+	}
+	return &csi.ControllerModifyVolumeResponse{}, nil
 }

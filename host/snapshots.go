@@ -180,9 +180,3 @@ func (s *Server) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (
 	}
 	return &csi.GetSnapshotResponse{Snapshot: csiSnapshot(&sn)}, nil
 }
-
-// ControllerModifyVolume is not offered: no backend declares mutable
-// parameters yet, and MODIFY_VOLUME is not advertised.
-func (s *Server) ControllerModifyVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest) (*csi.ControllerModifyVolumeResponse, error) {
-	return nil, errf(codes.Unimplemented, "ControllerModifyVolume is not supported")
-}

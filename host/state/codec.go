@@ -177,6 +177,7 @@ func encodeVolume(v *Volume) ([]byte, error) {
 		e.strMap(3, p.Context)
 		e.end(m)
 	}
+	e.strMap(14, v.MutableParameters)
 	return e.result()
 }
 
@@ -221,6 +222,8 @@ func decodeVolume(b []byte) (v Volume, err error) {
 				}
 				v.Published[node] = p
 			}
+		case 14:
+			err = d.StringMapEntry(t, &v.MutableParameters)
 		default:
 			err = d.Skip(field, t)
 		}

@@ -26,6 +26,10 @@ type Volume struct {
 
 	// Published holds ControllerPublishVolume results by node ID.
 	Published map[string]PublishedNode
+
+	// MutableParameters are the volume's current mutable parameters: those
+	// of CreateVolume with every later ControllerModifyVolume merged in.
+	MutableParameters map[string]string
 }
 
 // Capability is one CSI VolumeCapability.

@@ -58,6 +58,7 @@ func fullVolume(id, name string) Volume {
 			"node-1": {ReadOnly: true, Context: map[string]string{"dev": "/dev/sda"}},
 			"node-2": {},
 		},
+		MutableParameters: map[string]string{"prealloc": "true"},
 	}
 }
 
