@@ -30,9 +30,12 @@ type FileCreateRequest struct {
 	Prealloc  bool   `wire:"3"`
 }
 
-// FileResizeRequest grows the file Path to SizeBytes, allocating the new
-// part when Prealloc. The same size is success; a smaller one is
-// INVALID_ARGUMENT. An attached loop device sees the new size after
+// FileResizeRequest grows the file Path to SizeBytes. With Prealloc every
+// block of the file is allocated afterwards, the holes of the old part too
+// (written data is never changed), so the same size with Prealloc fills
+// the file's holes; without, the same size is success with nothing to do.
+// A smaller size is INVALID_ARGUMENT; RESOURCE_EXHAUSTED when the pool has
+// no room for the blocks. An attached loop device sees a new size after
 // loop_resize.
 type FileResizeRequest struct {
 	Path      string `wire:"1"`

@@ -150,8 +150,11 @@ func (p *Pool) exists(name string, size int64) (bool, error) {
 	return true, nil
 }
 
-// Resize grows the volume file name to size bytes, allocating the new part
-// when prealloc. The same size is a no-op; a smaller one is
+// Resize grows the volume file name to size bytes. With prealloc, every
+// block of the file is allocated afterwards, the old part's holes too (a
+// sparse volume switched to preallocation, a clone's holes), so that no
+// write to it can fail for lack of space; written data is never touched.
+// The same size is then not a no-op but fills the holes. A smaller size is
 // abi.InvalidArgument, because shrinking would cut a volume's data.
 func (p *Pool) Resize(ctx context.Context, name string, size int64, prealloc bool) error {
 	if err := checkName(name); err != nil {
@@ -171,11 +174,11 @@ func (p *Pool) Resize(ctx context.Context, name string, size int64, prealloc boo
 	case size < cur:
 		return fmt.Errorf("resize %s: %w", name, abi.Errorf(abi.InvalidArgument,
 			"cannot shrink from "+strconv.FormatInt(cur, 10)+" to "+strconv.FormatInt(size, 10)+" bytes"))
-	case size == cur:
+	case size == cur && !prealloc:
 		return nil
 	}
 	if prealloc {
-		err = allocate(f, cur, size-cur)
+		err = allocate(f, 0, size)
 	} else {
 		err = f.Truncate(size)
 	}

@@ -171,9 +171,12 @@ func TestResize(t *testing.T) {
 		maxAllocated int64
 	}{
 		{"grow sparse", 16 * mib, false, abi.OK, 16 * mib, 0, 64 * kib},
-		{"grow preallocated", 24 * mib, true, abi.OK, 24 * mib, 8 * mib, 9 * mib},
-		{"same size", 24 * mib, false, abi.OK, 24 * mib, 8 * mib, 9 * mib},
-		{"shrink", 4 * mib, false, abi.InvalidArgument, 24 * mib, 8 * mib, 9 * mib},
+		// Preallocation fills the old part's holes too.
+		{"grow preallocated", 24 * mib, true, abi.OK, 24 * mib, 24 * mib, 25 * mib},
+		{"grow sparse again", 32 * mib, false, abi.OK, 32 * mib, 24 * mib, 25 * mib},
+		{"same size", 32 * mib, false, abi.OK, 32 * mib, 24 * mib, 25 * mib},
+		{"preallocate at the same size", 32 * mib, true, abi.OK, 32 * mib, 32 * mib, 33 * mib},
+		{"shrink", 4 * mib, false, abi.InvalidArgument, 32 * mib, 32 * mib, 33 * mib},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := p.Resize(ctx, "vol", tc.size, tc.prealloc)
