@@ -24,6 +24,7 @@ type sanityTarget struct {
 	// accessType is "mount" or "block" (csi-sanity's TestVolumeAccessType).
 	accessType string
 	params     map[string]string
+	mutable    map[string]string
 	size       int64
 }
 
@@ -61,6 +62,7 @@ func sanityTargets(t *testing.T) []sanityTarget {
 					opts:       opts,
 					accessType: access,
 					params:     b.params,
+					mutable:    b.mutable,
 					size:       b.size,
 				})
 			}
@@ -74,7 +76,10 @@ type sanityBackend struct {
 	hostcalls []string
 	access    []string
 	params    map[string]string
-	size      int64
+	// mutable are csi-sanity's TestVolumeMutableParameters: what its
+	// ModifyVolume specs set on backends with mutable parameters.
+	mutable map[string]string
+	size    int64
 	// prepare, for backends of the VM tier, fills in the module file and
 	// its grants for one target, or reports false (having logged why) to
 	// leave the target out. Backends without it are built here and run
@@ -87,7 +92,8 @@ type sanityBackend struct {
 // controller and the node in one daemon) run in the VM tier.
 var sanityBackends = []sanityBackend{
 	{backend: "localdir", hostcalls: []string{"dir", "mount"}, access: []string{"mount"}},
-	{backend: "loopfile", hostcalls: []string{"file", "loop"}, access: []string{"mount", "block"}, size: 16 << 20},
+	{backend: "loopfile", hostcalls: []string{"file", "loop"}, access: []string{"mount", "block"}, size: 16 << 20,
+		mutable: map[string]string{"prealloc": "true"}},
 	{backend: "dmthin", hostcalls: dmthintest.HostCalls, access: []string{"mount", "block"}, size: 16 << 20, prepare: prepareDmthin},
 	{backend: "iscsi", hostcalls: iscsitest.HostCalls, access: []string{"mount", "block"}, size: 16 << 20, prepare: prepareIscsi},
 }
@@ -148,6 +154,7 @@ func TestSanity(t *testing.T) {
 		cfg.StagingPath = filepath.Join(work, "staging")
 		cfg.TestVolumeAccessType = tg.accessType
 		cfg.TestVolumeParameters = tg.params
+		cfg.TestVolumeMutableParameters = tg.mutable
 		cfg.IdempotentCount = 2
 		if tg.size > 0 {
 			cfg.TestVolumeSize = tg.size

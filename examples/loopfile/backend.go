@@ -164,6 +164,9 @@ func (b *Backend) Info() abi.BackendInfo {
 		Clone:            true,
 		Restore:          true,
 		NodeExpansion:    true,
+		// prealloc is also a StorageClass parameter; as a mutable one
+		// (VolumeAttributesClass) it wins over the StorageClass's.
+		MutableParameters: []string{paramPrealloc},
 	}
 }
 
@@ -204,6 +207,21 @@ func (b *Backend) preallocFor(params map[string]string) (bool, error) {
 		}
 	}
 	return prealloc, nil
+}
+
+// mutablePrealloc applies the mutable parameters (VolumeAttributesClass)
+// to prealloc: the host let only prealloc through, so only its value can
+// be wrong.
+func mutablePrealloc(params map[string]string, prealloc bool) (bool, error) {
+	v, ok := params[paramPrealloc]
+	if !ok {
+		return prealloc, nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, sdk.Error(abi.InvalidArgument, "mutable parameter ", paramPrealloc, " = ", strconv.Quote(v), ": want true or false")
+	}
+	return on, nil
 }
 
 // volumePath is the file of a volume: the context's path when it names the

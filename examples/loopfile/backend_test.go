@@ -96,6 +96,9 @@ func TestInfo(t *testing.T) {
 			t.Errorf("Ops %v lacks %s", info.Ops, op)
 		}
 	}
+	if !slices.Contains(info.Ops, string(abi.OpModifyVolume)) || !slices.Equal(info.MutableParameters, []string{"prealloc"}) {
+		t.Errorf("Ops %v, mutable parameters %v: want modify_volume with prealloc", info.Ops, info.MutableParameters)
+	}
 	if slices.Contains(info.Ops, string(abi.OpControllerPublish)) {
 		t.Errorf("Ops %v lists controller_publish, which loopfile does not need", info.Ops)
 	}
@@ -440,6 +443,58 @@ func TestExpandVolume(t *testing.T) {
 				t.Errorf("expand: %+v, file %d bytes, want %d", resp, p.files[vol.Context[ctxPath]], tc.want)
 			}
 		})
+	}
+}
+
+// TestModifyVolumePrealloc: prealloc=true allocates the whole file and
+// is kept in the context, so later expansions preallocate; prealloc=false
+// only changes what later expansions do; a bad value or a pool without
+// room changes nothing.
+func TestModifyVolumePrealloc(t *testing.T) {
+	p, b := newFakePool(t, nil)
+	vol, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "v", RequiredBytes: 16 * sdk.MiB, Capabilities: []abi.Capability{blockCap}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := vol.Context[ctxPath]
+	ref := abi.VolumeRef{LocalID: vol.LocalID, Context: vol.Context, CapacityBytes: vol.CapacityBytes}
+	modify := func(v string) (*abi.ModifyVolumeResponse, error) {
+		return b.ModifyVolume(&abi.ModifyVolumeRequest{Volume: ref, MutableParameters: map[string]string{"prealloc": v}})
+	}
+	if _, err := modify("maybe"); codeOf(err) != abi.InvalidArgument || p.alloc[path] != 0 {
+		t.Fatalf("prealloc=maybe: %v, %d bytes allocated", err, p.alloc[path])
+	}
+	avail := p.avail
+	p.avail = sdk.MiB
+	if _, err := modify("true"); codeOf(err) != abi.ResourceExhausted || p.alloc[path] != 0 {
+		t.Fatalf("prealloc=true without room: %v, %d bytes allocated", err, p.alloc[path])
+	}
+	p.avail = avail
+	resp, err := modify("true")
+	if err != nil || p.alloc[path] != 16*sdk.MiB || resp.Context[ctxPrealloc] != "true" || resp.Context[ctxPath] != path {
+		t.Fatalf("prealloc=true: %+v, %v, %d bytes allocated", resp, err, p.alloc[path])
+	}
+	ref.Context = resp.Context
+	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref, RequiredBytes: 32 * sdk.MiB}); err != nil || p.alloc[path] != 32*sdk.MiB {
+		t.Fatalf("expand after prealloc=true: %v, %d bytes allocated", err, p.alloc[path])
+	}
+	if resp, err = modify("false"); err != nil || resp.Context[ctxPrealloc] != "false" || p.alloc[path] != 32*sdk.MiB {
+		t.Fatalf("prealloc=false: %+v, %v, %d bytes allocated", resp, err, p.alloc[path])
+	}
+	ref.Context = resp.Context
+	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: ref, RequiredBytes: 48 * sdk.MiB}); err != nil || p.alloc[path] != 32*sdk.MiB {
+		t.Fatalf("expand after prealloc=false: %v, %d bytes allocated", err, p.alloc[path])
+	}
+
+	// Mutable parameters at creation win over the StorageClass's.
+	made, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "w", RequiredBytes: 8 * sdk.MiB, Capabilities: []abi.Capability{blockCap},
+		Parameters: map[string]string{"prealloc": "false"}, MutableParameters: map[string]string{"prealloc": "true"}})
+	if err != nil || made.Context[ctxPrealloc] != "true" || p.alloc[made.Context[ctxPath]] != 8*sdk.MiB {
+		t.Fatalf("create with mutable prealloc=true: %+v, %v", made, err)
+	}
+	if _, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "x", RequiredBytes: 8 * sdk.MiB, Capabilities: []abi.Capability{blockCap},
+		MutableParameters: map[string]string{"prealloc": "1x"}}); codeOf(err) != abi.InvalidArgument {
+		t.Fatalf("create with mutable prealloc=1x: %v", err)
 	}
 }
 

@@ -21,6 +21,9 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 	if err != nil {
 		return nil, err
 	}
+	if prealloc, err = mutablePrealloc(req.MutableParameters, prealloc); err != nil {
+		return nil, err
+	}
 	if !b.reachable(req.Requisite) {
 		return nil, sdk.Error(abi.ResourceExhausted, "no requisite topology includes node ", strconv.Quote(b.cfg.nodeID),
 			": loopfile volumes live on the node whose pool holds them")
@@ -176,10 +179,12 @@ func (b *Backend) checkSparseBound(size int64) error {
 	return nil
 }
 
-// cloneTo makes target a copy of source of at least size bytes. A target
-// already there is the work of an earlier attempt (files appear only when
-// complete); a target that cannot be grown is removed again, so a failed
-// attempt leaves nothing behind.
+// cloneTo makes target a copy of source of at least size bytes, with
+// every block allocated when prealloc (a clone shares or copies its
+// source's blocks and keeps its holes). A target already there is the work
+// of an earlier attempt (files appear only when complete); a target that
+// cannot be grown or allocated is removed again, so a failed attempt
+// leaves nothing behind.
 func cloneTo(source, target string, size int64, prealloc bool) error {
 	if err := hostcall.FileClone(source, target); err != nil && abi.CodeOf(err) != abi.AlreadyExists {
 		return sdk.Wrap(err, "clone "+source+" to "+target)
@@ -188,9 +193,10 @@ func cloneTo(source, target string, size int64, prealloc bool) error {
 	if err != nil {
 		return sdk.Wrap(err, "stat "+target)
 	}
-	if st.SizeBytes >= size {
+	if st.SizeBytes >= size && !prealloc {
 		return nil
 	}
+	size = max(size, st.SizeBytes)
 	if err := hostcall.FileResize(&abi.FileResizeRequest{Path: target, SizeBytes: size, Prealloc: prealloc}); err != nil {
 		if rmErr := hostcall.FileRemove(target); rmErr != nil {
 			hostcall.Logf(abi.LogWarn, "remove ", target, " after failed resize: ", rmErr.Error())
@@ -252,6 +258,41 @@ func (b *Backend) ExpandVolume(req *abi.ExpandVolumeRequest) (*abi.ExpandVolumeR
 		}
 	}
 	return &abi.ExpandVolumeResponse{CapacityBytes: st.SizeBytes, NodeExpansionRequired: true}, nil
+}
+
+// ModifyVolume changes the volume's mutable parameter prealloc. Turned on,
+// every hole of the volume's file is allocated at once (file_resize with
+// Prealloc at the file's size), so no later write to the volume can fail
+// for lack of space in the pool, and expansions allocate their new part
+// too; RESOURCE_EXHAUSTED when the pool has no room, with the volume left
+// sparse. Turned off, expansions stay sparse from now on; blocks already
+// allocated stay allocated, because the daemon cannot tell blocks
+// preallocated but never written from a workload's data without racing
+// the workload's writes. The new value is kept in the volume's context.
+func (b *Backend) ModifyVolume(req *abi.ModifyVolumeRequest) (*abi.ModifyVolumeResponse, error) {
+	path, err := b.volumePath(&req.Volume)
+	if err != nil {
+		return nil, err
+	}
+	prealloc, err := mutablePrealloc(req.MutableParameters, req.Volume.Context[ctxPrealloc] == "true")
+	if err != nil {
+		return nil, err
+	}
+	if prealloc {
+		st, err := hostcall.FileStat(path)
+		if err != nil {
+			return nil, sdk.Wrap(err, "stat "+path)
+		}
+		if err := hostcall.FileResize(&abi.FileResizeRequest{Path: path, SizeBytes: st.SizeBytes, Prealloc: true}); err != nil {
+			return nil, sdk.Wrap(err, "allocate "+path)
+		}
+	}
+	ctx := make(map[string]string, len(req.Volume.Context)+1)
+	for k, v := range req.Volume.Context {
+		ctx[k] = v
+	}
+	ctx[ctxPrealloc] = strconv.FormatBool(prealloc)
+	return &abi.ModifyVolumeResponse{Context: ctx}, nil
 }
 
 // CreateSnapshot clones the volume's file to "<snapshot ID>.snap" beside

@@ -20,6 +20,7 @@ type fakePool struct {
 	host     *moduletest.FakeHost
 	root     string
 	files    map[string]int64  // path -> size
+	alloc    map[string]int64  // path -> bytes allocated to it alone
 	attached map[string]string // path -> device
 	readOnly map[string]bool   // path -> attached read-only
 	directIO map[string]bool   // path -> attached with direct I/O
@@ -36,7 +37,7 @@ func newFakePool(t *testing.T, cfg map[string]string) (*fakePool, *Backend) {
 	t.Helper()
 	p := &fakePool{
 		host: &moduletest.FakeHost{}, root: "/pool",
-		files: map[string]int64{}, attached: map[string]string{}, readOnly: map[string]bool{},
+		files: map[string]int64{}, alloc: map[string]int64{}, attached: map[string]string{}, readOnly: map[string]bool{},
 		directIO: map[string]bool{}, devSize: map[string]int64{},
 		total: 100 * sdk.GiB, avail: 50 * sdk.GiB,
 	}
@@ -77,6 +78,7 @@ func (p *fakePool) install() {
 				return nil, abi.Errorf(abi.ResourceExhausted, "no room for "+r.Path)
 			}
 			p.avail -= r.SizeBytes
+			p.alloc[r.Path] = r.SizeBytes
 		}
 		p.files[r.Path] = r.SizeBytes
 		return &abi.Empty{}, nil
@@ -90,11 +92,13 @@ func (p *fakePool) install() {
 			return nil, abi.Errorf(p.failResize, "injected resize failure")
 		case r.SizeBytes < size:
 			return nil, abi.Errorf(abi.InvalidArgument, "cannot shrink "+r.Path)
-		case r.Prealloc && r.SizeBytes-size > p.avail:
+		case r.Prealloc && r.SizeBytes-p.alloc[r.Path] > p.avail:
 			return nil, abi.Errorf(abi.ResourceExhausted, "no room to grow "+r.Path)
 		}
 		if r.Prealloc {
-			p.avail -= r.SizeBytes - size
+			// Every block of the file, its old holes too.
+			p.avail -= r.SizeBytes - p.alloc[r.Path]
+			p.alloc[r.Path] = r.SizeBytes
 		}
 		p.files[r.Path] = r.SizeBytes
 		return &abi.Empty{}, nil
@@ -103,7 +107,9 @@ func (p *fakePool) install() {
 		if _, ok := p.attached[r.Path]; ok {
 			return nil, abi.Errorf(abi.FailedPrecondition, r.Path+" is attached")
 		}
+		p.avail += p.alloc[r.Path]
 		delete(p.files, r.Path)
+		delete(p.alloc, r.Path)
 		return &abi.Empty{}, nil
 	})
 	moduletest.HandleTyped(f, "file", abi.HostCallFileClone, func(r *abi.FileCloneRequest) (*abi.Empty, error) {
@@ -125,7 +131,7 @@ func (p *fakePool) install() {
 		if !ok {
 			return nil, abi.Errorf(abi.NotFound, r.Path+" not found")
 		}
-		return &abi.FileStat{SizeBytes: size}, nil
+		return &abi.FileStat{SizeBytes: size, AllocatedBytes: p.alloc[r.Path]}, nil
 	})
 	moduletest.HandleTyped(f, "file", abi.HostCallFileStatfs, func(r *abi.FileRequest) (*abi.FileStatfs, error) {
 		if r.Path != p.root {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
@@ -201,6 +203,17 @@ func TestModuleLifecycle(t *testing.T) {
 			nexp := call[abi.NodeExpandResponse](t, m, abi.OpNodeExpand, &abi.NodeExpandRequest{Volume: ref, Device: st.Device, RequiredBytes: 48 * sdk.MiB})
 			if d, _, _ := loop.Find(ctx, path); nexp.CapacityBytes != 48*sdk.MiB || d.SizeBytes != 48*sdk.MiB {
 				t.Errorf("node expand answered %d, device shows %d", nexp.CapacityBytes, d.SizeBytes)
+			}
+
+			// prealloc=true on the staged volume allocates its whole file
+			// and keeps what the workload wrote.
+			mod := call[abi.ModifyVolumeResponse](t, m, abi.OpModifyVolume, &abi.ModifyVolumeRequest{Volume: ref, MutableParameters: map[string]string{"prealloc": "true"}})
+			var fst unix.Stat_t
+			if err := unix.Stat(path, &fst); err != nil || fst.Blocks*512 < 48*sdk.MiB || mod.Context[ctxPrealloc] != "true" {
+				t.Errorf("after prealloc=true: %d of %d bytes allocated (%v), context %v", fst.Blocks*512, fst.Size, err, mod.Context)
+			}
+			if !bytes.Equal(readAt(t, path, 0, 4096), pattern("b", 0)) || !bytes.Equal(readAt(t, path, 8*sdk.MiB, 4096), pattern("a", 8*sdk.MiB)) {
+				t.Errorf("prealloc=true changed the volume's data")
 			}
 
 			// Unstage detaches; the node then sees the volume unreachable.
