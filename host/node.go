@@ -59,8 +59,8 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
-	if staging == "" {
-		return nil, errf(codes.InvalidArgument, "staging_target_path missing")
+	if err := nodePath("staging_target_path", staging); err != nil {
+		return nil, err
 	}
 	c, err := capabilityFromCSI(req.GetVolumeCapability())
 	if err != nil {
@@ -208,8 +208,8 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
-	if staging == "" {
-		return nil, errf(codes.InvalidArgument, "staging_target_path missing")
+	if err := nodePath("staging_target_path", staging); err != nil {
+		return nil, err
 	}
 	unlock, err := s.lock(volKey(id))
 	if err != nil {
@@ -284,8 +284,8 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
-	if target == "" {
-		return nil, errf(codes.InvalidArgument, "target_path missing")
+	if err := nodePath("target_path", target); err != nil {
+		return nil, err
 	}
 	c, err := capabilityFromCSI(req.GetVolumeCapability())
 	if err != nil {
@@ -293,6 +293,9 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	if staging == "" {
 		return nil, errf(codes.InvalidArgument, "staging_target_path missing: this plugin stages volumes")
+	}
+	if err := optionalNodePath("staging_target_path", staging); err != nil {
+		return nil, err
 	}
 	b, err := s.nodeBackend(id)
 	if err != nil {
@@ -365,8 +368,8 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
-	if target == "" {
-		return nil, errf(codes.InvalidArgument, "target_path missing")
+	if err := nodePath("target_path", target); err != nil {
+		return nil, err
 	}
 	unlock, err := s.lock(volKey(id))
 	if err != nil {
@@ -410,8 +413,11 @@ func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
-	if path == "" {
-		return nil, errf(codes.InvalidArgument, "volume_path missing")
+	if err := lookupNodePath(id, path); err != nil {
+		return nil, err
+	}
+	if err := optionalNodePath("staging_target_path", req.GetStagingTargetPath()); err != nil {
+		return nil, err
 	}
 	rec, block, err := s.volumeOnPath(id, path)
 	if err != nil {
@@ -438,8 +444,11 @@ func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
-	if path == "" {
-		return nil, errf(codes.InvalidArgument, "volume_path missing")
+	if err := lookupNodePath(id, path); err != nil {
+		return nil, err
+	}
+	if err := optionalNodePath("staging_target_path", req.GetStagingTargetPath()); err != nil {
+		return nil, err
 	}
 	if req.GetVolumeCapability() != nil {
 		if _, err := capabilityFromCSI(req.GetVolumeCapability()); err != nil {

@@ -1,6 +1,8 @@
 package host
 
 import (
+	"path/filepath"
+
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
@@ -71,4 +73,41 @@ func roundUp(n, g int64) int64 {
 		return n
 	}
 	return (n/g + 1) * g
+}
+
+// nodePath checks a path the CO names on the node (a staging or target
+// path, a volume path): present, absolute and clean. A relative path would
+// resolve against the daemon's working directory; one with "..", ".",
+// doubled or trailing slashes can resolve somewhere else than it reads — a
+// ".." onto an existing directory would be mounted over — and would not
+// match the records, which are keyed by the path as written.
+func nodePath(field, p string) error {
+	if p == "" {
+		return errf(codes.InvalidArgument, "%s missing", field)
+	}
+	return optionalNodePath(field, p)
+}
+
+// lookupNodePath checks a volume_path that the node service only looks up
+// among its records (NodeGetVolumeStats, NodeExpandVolume, which act on
+// the recorded paths, never on this one): one that is not absolute and
+// clean cannot be a recorded path, so the volume is not there, and that is
+// NOT_FOUND, the spec's code for a volume that does not exist on
+// volume_path (csi-sanity asks exactly this with "some/path").
+func lookupNodePath(id, p string) error {
+	if p == "" {
+		return errf(codes.InvalidArgument, "volume_path missing")
+	}
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return errf(codes.NotFound, "volume %q is not at %q: not an absolute, clean path", id, p)
+	}
+	return nil
+}
+
+// optionalNodePath checks a path field the CO may leave empty.
+func optionalNodePath(field, p string) error {
+	if p != "" && (!filepath.IsAbs(p) || filepath.Clean(p) != p) {
+		return errf(codes.InvalidArgument, "%s %q is not an absolute, clean path (no \"..\", \".\", \"//\" or trailing \"/\")", field, p)
+	}
+	return nil
 }
