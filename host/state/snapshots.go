@@ -45,6 +45,28 @@ func (s *Store) PutSnapshot(v Snapshot) error {
 	return nil
 }
 
+// InsertSnapshot records a new snapshot: as PutSnapshot, but it fails with
+// ErrIDTaken, and writes nothing, when v.ID is already recorded.
+func (s *Store) InsertSnapshot(v Snapshot) error {
+	if err := checkSnapshot(&v); err != nil {
+		return err
+	}
+	val, err := encodeSnapshot(&v)
+	if err != nil {
+		return fmt.Errorf("insert snapshot %s: %w", v.ID, invalid(err))
+	}
+	err = s.write(func(tx *txn) error {
+		if tx.Bucket(bucketSnapshots).Get([]byte(v.ID)) != nil {
+			return refuse(ErrIDTaken)
+		}
+		return putSnapshot(tx, &v, val)
+	})
+	if err != nil {
+		return fmt.Errorf("insert snapshot %s: %w", v.ID, err)
+	}
+	return nil
+}
+
 func putSnapshot(tx *txn, v *Snapshot, val []byte) error {
 	snaps := tx.Bucket(bucketSnapshots)
 	id := []byte(v.ID)

@@ -121,6 +121,10 @@ var (
 	// ErrNameTaken is returned, wrapped, when a put would give a second
 	// record an existing record's name.
 	ErrNameTaken = &abi.Error{Code: abi.AlreadyExists, Message: "name belongs to another record"}
+	// ErrIDTaken is returned, wrapped, when an insert names an ID that is
+	// already recorded. Its code is INTERNAL: the host chose the ID from a
+	// module's answer, and a module that hands out one ID twice is broken.
+	ErrIDTaken = &abi.Error{Code: abi.Internal, Message: "ID belongs to another record"}
 	// ErrBadToken is returned when a List starting token names no position
 	// in that listing. Its code is ABORTED, as CSI asks for an invalid
 	// starting_token.

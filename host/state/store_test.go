@@ -212,6 +212,40 @@ func TestNameIndex(t *testing.T) {
 	checkDB(t, s)
 }
 
+// TestInsertRefusesTakenID: an insert whose ID is recorded, under another
+// name or none, writes nothing: neither the new name nor a change to the
+// recorded volume or snapshot.
+func TestInsertRefusesTakenID(t *testing.T) {
+	s := openStore(t)
+	if err := s.InsertVolume(Volume{ID: "v1", Name: "a", CapacityBytes: 10}); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, s.InsertVolume(Volume{ID: "v1", Name: "b", CapacityBytes: 20}), abi.Internal, ErrIDTaken)
+	wantCode(t, s.InsertVolume(Volume{ID: "v1", Name: "a", CapacityBytes: 10}), abi.Internal, ErrIDTaken)
+	if v, err := s.VolumeByName("a"); err != nil || v.ID != "v1" || v.CapacityBytes != 10 {
+		t.Fatalf("volume a after refused inserts: %+v, %v", v, err)
+	}
+	if _, err := s.VolumeByName("b"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("refused insert recorded name b: %v", err)
+	}
+	wantCode(t, s.InsertVolume(Volume{ID: "v2", Name: "a"}), abi.AlreadyExists, ErrNameTaken)
+
+	if err := s.InsertSnapshot(Snapshot{ID: "s1", Name: "sa", SourceVolumeID: "v1"}); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, s.InsertSnapshot(Snapshot{ID: "s1", Name: "sb", SourceVolumeID: "v9"}), abi.Internal, ErrIDTaken)
+	if sn, err := s.SnapshotByName("sa"); err != nil || sn.ID != "s1" || sn.SourceVolumeID != "v1" {
+		t.Fatalf("snapshot sa after a refused insert: %+v, %v", sn, err)
+	}
+	if _, err := s.SnapshotByName("sb"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("refused insert recorded name sb: %v", err)
+	}
+	if of, err := s.SnapshotsOf("v9"); err != nil || len(of) != 0 {
+		t.Fatalf("refused insert indexed source v9: %v, %v", of, err)
+	}
+	checkDB(t, s)
+}
+
 func TestUpdateVolume(t *testing.T) {
 	s := openStore(t)
 	if err := s.PutVolume(Volume{ID: "v1", Name: "n1", CapacityBytes: 10}); err != nil {

@@ -35,6 +35,29 @@ func (s *Store) PutVolume(v Volume) error {
 	return nil
 }
 
+// InsertVolume records a new volume: as PutVolume, but it fails with
+// ErrIDTaken, and writes nothing, when v.ID is already recorded (under any
+// name), in the same transaction as the write.
+func (s *Store) InsertVolume(v Volume) error {
+	if err := checkVolume(&v); err != nil {
+		return err
+	}
+	val, err := encodeVolume(&v)
+	if err != nil {
+		return fmt.Errorf("insert volume %s: %w", v.ID, invalid(err))
+	}
+	err = s.write(func(tx *txn) error {
+		if tx.Bucket(bucketVolumes).Get([]byte(v.ID)) != nil {
+			return refuse(ErrIDTaken)
+		}
+		return putVolume(tx, &v, val)
+	})
+	if err != nil {
+		return fmt.Errorf("insert volume %s: %w", v.ID, err)
+	}
+	return nil
+}
+
 func putVolume(tx *txn, v *Volume, val []byte) error {
 	vols := tx.Bucket(bucketVolumes)
 	id := []byte(v.ID)
