@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -16,33 +18,59 @@ import (
 
 // This file is the one place where errors become gRPC statuses.
 
+// maxStatusMessage bounds the message of every status the CO receives. A
+// module's answer (its own error text, or a trap with its stderr) can be of
+// any size, and gRPC clients refuse a response over 4 MiB by default, so an
+// unbounded message could make the CO see a transport error instead of the
+// code, or fill its logs; what is cut is still in the daemon's log.
+const maxStatusMessage = 4 << 10
+
 // toStatus maps any error to a gRPC status error: an *abi.Error keeps its
 // code (abi codes are gRPC codes), a status error passes, a context error
 // keeps its meaning, a missing record is NOT_FOUND and anything else is
-// INTERNAL.
+// INTERNAL. The message is valid UTF-8 of at most maxStatusMessage bytes
+// (plus a note of how much was cut).
 func toStatus(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
+	c, msg := codes.Internal, ""
 	var ae *abi.Error
-	if errors.As(err, &ae) {
-		if !ae.Code.Valid() {
-			return status.Error(codes.Internal, ae.Message)
+	if st, ok := status.FromError(err); ok {
+		if len(st.Message()) <= maxStatusMessage && utf8.ValidString(st.Message()) {
+			return err
 		}
-		return status.Error(codes.Code(ae.Code), ae.Message)
+		c, msg = st.Code(), st.Message()
+	} else if errors.As(err, &ae) {
+		msg = ae.Message
+		if ae.Code.Valid() {
+			c = codes.Code(ae.Code)
+		}
+	} else {
+		msg = err.Error()
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			c = codes.DeadlineExceeded
+		case errors.Is(err, context.Canceled):
+			c = codes.Canceled
+		case errors.Is(err, state.ErrNotFound):
+			c = codes.NotFound
+		}
 	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	case errors.Is(err, state.ErrNotFound):
-		return status.Error(codes.NotFound, err.Error())
+	return status.Error(c, truncate(strings.ToValidUTF8(msg, "\uFFFD"), maxStatusMessage))
+}
+
+// truncate cuts s to at most n bytes, at a rune boundary, and says how many
+// bytes it left out.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return status.Error(codes.Internal, err.Error())
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d more bytes)", s[:cut], len(s)-cut)
 }
 
 // errf builds a status error; handlers use it for the spec's named codes.
