@@ -138,7 +138,8 @@ type CreateVolumeRequest struct {
 // CreateVolumeResponse describes the new volume.
 type CreateVolumeResponse struct {
 	// LocalID is unique within the module; the host builds the CSI volume
-	// ID from the module's name and LocalID. Characters: [A-Za-z0-9._-].
+	// ID from the module's name and LocalID. Characters: [A-Za-z0-9._-],
+	// the first a letter or digit; "<module>:<LocalID>" fits 128 bytes.
 	LocalID       string            `wire:"1"`
 	CapacityBytes int64             `wire:"2"`
 	Context       map[string]string `wire:"3"`
@@ -196,7 +197,7 @@ type CreateSnapshotRequest struct {
 
 // CreateSnapshotResponse describes the new snapshot.
 type CreateSnapshotResponse struct {
-	LocalID    string            `wire:"1"` // [A-Za-z0-9._-]
+	LocalID    string            `wire:"1"` // as CreateVolumeResponse.LocalID
 	SizeBytes  int64             `wire:"2"`
 	Context    map[string]string `wire:"3"`
 	ReadyToUse bool              `wire:"4"`

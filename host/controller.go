@@ -224,8 +224,8 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err := b.call(ctx, abi.OpCreateVolume, &mreq, &resp); err != nil {
 		return nil, err
 	}
-	if !localIDRE.MatchString(resp.LocalID) {
-		return nil, errf(codes.Internal, "backend %q returned an invalid local ID %q", b.name, resp.LocalID)
+	if err := checkLocalID(b.name, "volume", resp.LocalID); err != nil {
+		return nil, err
 	}
 	if resp.CapacityBytes < size || (limit > 0 && resp.CapacityBytes > limit) {
 		return nil, errf(codes.Internal, "backend %q provisioned %d bytes for a request of %d..%d", b.name, resp.CapacityBytes, size, limit)
@@ -239,10 +239,30 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	for _, t := range resp.Topology {
 		v.Topology = append(v.Topology, t.Segments)
 	}
-	if err := s.store.PutVolume(v); err != nil {
+	if err := s.store.InsertVolume(v); errors.Is(err, state.ErrIDTaken) {
+		return nil, s.idTaken(b.name, "volume", v.ID, name, func() (string, error) {
+			old, err := s.store.GetVolume(v.ID)
+			return old.Name, err
+		})
+	} else if err != nil {
 		return nil, fmt.Errorf("record volume %s: %w", v.ID, err)
 	}
 	return &csi.CreateVolumeResponse{Volume: csiVolume(&v)}, nil
+}
+
+// idTaken answers a create whose module returned, for a new name, an ID
+// recorded for another one. Nothing is recorded and nothing is undone: the
+// only handle on what the module made is that ID, and deleting through it
+// would destroy the recorded volume or snapshot.
+func (s *Server) idTaken(backend, what, id, name string, owner func() (string, error)) error {
+	other, err := owner()
+	if err != nil {
+		other = "?"
+	}
+	s.log.Error("backend answered an ID it already gave another name; refused, nothing recorded or deleted",
+		"backend", backend, "kind", what, "id", id, "name", name, "recorded_name", other)
+	return errf(codes.Internal, "backend %q answered %s ID %q for name %q, but that ID is recorded for %q: refused; nothing was recorded or deleted",
+		backend, what, id, name, other)
 }
 
 // sizeFor applies the backend's default, minimum, granularity and maximum

@@ -1,9 +1,10 @@
 package host_test
 
-// The fault and escape backends are hand-written .wat files built with
+// The fault, escape and liar backends are hand-written .wat files built with
 // wat2wasm (Debian: wabt).
 //go:generate wat2wasm testdata/escape.wat -o testdata/escape.wasm
 //go:generate wat2wasm testdata/fault.wat -o testdata/fault.wasm
+//go:generate wat2wasm testdata/liar.wat -o testdata/liar.wasm
 
 import (
 	"bytes"
@@ -23,6 +24,7 @@ import (
 var fixtureInfo = map[string]abi.BackendInfo{
 	"fault":  {Name: "fault", Version: "1.0.0", Description: "misbehaves on demand", Mount: true},
 	"escape": {Name: "escape", Version: "1.0.0", Description: "stages outside its roots", Mount: true},
+	"liar":   {Name: "liar", Version: "1.0.0", Description: "answers IDs it should not", Mount: true},
 }
 
 // TestFixturesMatchWat rebuilds every testdata/*.wat with wat2wasm and

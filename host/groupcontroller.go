@@ -55,7 +55,7 @@ func (s *Server) CreateVolumeGroupSnapshot(ctx context.Context, req *csi.CreateV
 		return nil, err
 	}
 	defer unlock()
-	gid := "group:" + name
+	gid := groupID(name)
 	if g, err := s.store.GetGroup(gid); err == nil {
 		if !slices.Equal(g.SourceVolumeIDs, srcs) {
 			return nil, errf(codes.AlreadyExists, "group snapshot %q exists for other volumes", name)

@@ -522,6 +522,7 @@ func (s *Server) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*c
 	nodeCtx := map[string]string{}
 	segments := map[string]string{}
 	var maxVolumes int64
+	var sizes []string // what each backend's context adds to the node ID, for an error
 	for _, b := range s.backends.Load().all() {
 		if m := b.info.MaxVolumesPerNode; m > 0 && (maxVolumes == 0 || m < maxVolumes) {
 			maxVolumes = m
@@ -537,8 +538,14 @@ func (s *Server) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*c
 		if resp.Topology != nil {
 			maps.Copy(segments, resp.Topology.Segments)
 		}
+		sizes = append(sizes, fmt.Sprintf("%s: %d bytes", b.name, len(makeNodeID("", resp.Context))-len(nodeSeparator)))
 	}
-	out := &csi.NodeGetInfoResponse{NodeId: makeNodeID(s.cfg.NodeID, nodeCtx), MaxVolumesPerNode: maxVolumes}
+	id := makeNodeID(s.cfg.NodeID, nodeCtx)
+	if len(id) > maxNodeIDLen {
+		return nil, errf(codes.Internal, "node ID of %d bytes is longer than CSI's %d: node name %q (%d bytes) with the node_info context of %v",
+			len(id), maxNodeIDLen, truncate(s.cfg.NodeID, 64), len(s.cfg.NodeID), sizes)
+	}
+	out := &csi.NodeGetInfoResponse{NodeId: id, MaxVolumesPerNode: maxVolumes}
 	if len(segments) > 0 {
 		out.AccessibleTopology = &csi.Topology{Segments: segments}
 	}

@@ -77,8 +77,8 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 	if err := b.call(ctx, abi.OpCreateSnapshot, &mreq, &resp); err != nil {
 		return nil, err
 	}
-	if !localIDRE.MatchString(resp.LocalID) {
-		return nil, errf(codes.Internal, "backend %q returned an invalid snapshot ID %q", b.name, resp.LocalID)
+	if err := checkLocalID(b.name, "snapshot", resp.LocalID); err != nil {
+		return nil, err
 	}
 	sn := state.Snapshot{
 		ID: makeID(b.name, resp.LocalID), Name: name, Backend: b.name, LocalID: resp.LocalID,
@@ -88,7 +88,12 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 	for _, t := range resp.Topology {
 		sn.Topology = append(sn.Topology, t.Segments)
 	}
-	if err := s.store.PutSnapshot(sn); err != nil {
+	if err := s.store.InsertSnapshot(sn); errors.Is(err, state.ErrIDTaken) {
+		return nil, s.idTaken(b.name, "snapshot", sn.ID, name, func() (string, error) {
+			old, err := s.store.GetSnapshot(sn.ID)
+			return old.Name, err
+		})
+	} else if err != nil {
 		return nil, fmt.Errorf("record snapshot %s: %w", sn.ID, err)
 	}
 	return &sn, nil

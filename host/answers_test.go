@@ -1,0 +1,245 @@
+package host_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
+)
+
+// notes is the test_note host call: it keeps the local ID of every delete
+// request a module passes it.
+type notes struct {
+	mu      sync.Mutex
+	deletes []string
+}
+
+func (n *notes) hostCall() hostcalls.Func {
+	return hostcalls.Func{
+		Name: "test_note", Family: "test",
+		Call: func(_ context.Context, _ *hostcalls.Env, req []byte) ([]byte, error) {
+			// A DeleteVolumeRequest and a DeleteSnapshotRequest both hold
+			// their ref, whose field 1 is the local ID, in field 1.
+			var v abi.DeleteVolumeRequest
+			if err := v.UnmarshalWire(req); err != nil {
+				return nil, abi.Errorf(abi.InvalidArgument, err.Error())
+			}
+			n.mu.Lock()
+			n.deletes = append(n.deletes, v.Volume.LocalID)
+			n.mu.Unlock()
+			return nil, nil
+		},
+	}
+}
+
+func (n *notes) take() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := n.deletes
+	n.deletes = nil
+	return out
+}
+
+// startLiar starts a daemon serving only the liar fixture.
+func startLiar(t *testing.T) (*daemon, *notes) {
+	n := &notes{}
+	d := startDaemon(t, daemonOptions{
+		backend: "liar", wasm: filepath.Join("testdata", "liar.wasm"), hostcalls: []string{"test"},
+		hostCalls: []hostcalls.Func{n.hostCall()},
+	})
+	return d, n
+}
+
+// TestModuleIDTakenRefused: a module that answers, for a new name, a volume
+// or snapshot ID recorded for another name gets INTERNAL naming it; nothing
+// is recorded, and nothing is deleted (deleting through that ID would
+// destroy the recorded volume or snapshot). The recorded one keeps its name
+// and answers its own repeats. In a group snapshot the members this call
+// made are taken back, and nothing else.
+func TestModuleIDTakenRefused(t *testing.T) {
+	d, n := startLiar(t)
+	ctrl, group := d.controller(), csi.NewGroupControllerClient(d.conn)
+	create := func(name string) (*csi.CreateVolumeResponse, error) {
+		return ctrl.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: rwCaps()})
+	}
+	volumes := func() []string {
+		resp, err := ctrl.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, e := range resp.GetEntries() {
+			ids = append(ids, e.GetVolume().GetVolumeId())
+		}
+		return ids
+	}
+	snapshots := func() []string {
+		resp, err := ctrl.ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, e := range resp.GetEntries() {
+			ids = append(ids, e.GetSnapshot().GetSnapshotId())
+		}
+		return ids
+	}
+
+	first, err := create("shared+a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := first.GetVolume().GetVolumeId(); id != "liar:shared" {
+		t.Fatalf("volume ID %q, want liar:shared", id)
+	}
+	if _, err := create("other"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // a retry meets the same lie and the same answer
+		_, err := create("shared+b")
+		wantCode(t, err, codes.Internal, `backend "liar"`, `"liar:shared"`, `"shared+a"`, "nothing was recorded or deleted")
+	}
+	if got := volumes(); !slices.Equal(got, []string{"liar:other", "liar:shared"}) {
+		t.Errorf("volumes after the refused creates: %v", got)
+	}
+	if again, err := create("shared+a"); err != nil || again.GetVolume().GetVolumeId() != "liar:shared" {
+		t.Errorf("repeat of shared+a after the refusal: %v, %v", again, err)
+	}
+
+	snap, err := ctrl.CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "snap+1", SourceVolumeId: "liar:shared"})
+	if err != nil || snap.GetSnapshot().GetSnapshotId() != "liar:snap" {
+		t.Fatalf("CreateSnapshot snap+1: %v, %v", snap, err)
+	}
+	_, err = ctrl.CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "snap+2", SourceVolumeId: "liar:other"})
+	wantCode(t, err, codes.Internal, `backend "liar"`, `"liar:snap"`, `"snap+1"`)
+	got, err := ctrl.GetSnapshot(callCtx(t), &csi.GetSnapshotRequest{SnapshotId: "liar:snap"})
+	if err != nil || got.GetSnapshot().GetSourceVolumeId() != "liar:shared" {
+		t.Errorf("snapshot liar:snap after the refusal: %v, %v", got, err)
+	}
+
+	// A group member that collides with a recorded snapshot: nothing made,
+	// nothing deleted.
+	_, err = group.CreateVolumeGroupSnapshot(callCtx(t), &csi.CreateVolumeGroupSnapshotRequest{Name: "snap+g", SourceVolumeIds: []string{"liar:other"}})
+	wantCode(t, err, codes.Internal, `"liar:snap"`)
+	if dels := n.take(); len(dels) != 0 {
+		t.Fatalf("the host asked the module to delete %v after refusing its answers", dels)
+	}
+	// Two members of one group given one ID: the second is refused and the
+	// first, which this call made, is taken back.
+	_, err = group.CreateVolumeGroupSnapshot(callCtx(t), &csi.CreateVolumeGroupSnapshotRequest{Name: "g+x", SourceVolumeIds: []string{"liar:other", "liar:shared"}})
+	wantCode(t, err, codes.Internal, `"liar:g"`)
+	if dels := n.take(); !slices.Equal(dels, []string{"g"}) {
+		t.Errorf("deletes after the refused group: %v, want [g] (the member this call made)", dels)
+	}
+	if got := snapshots(); !slices.Equal(got, []string{"liar:snap"}) {
+		t.Errorf("snapshots after the refused group: %v", got)
+	}
+	if got := volumes(); !slices.Equal(got, []string{"liar:other", "liar:shared"}) {
+		t.Errorf("volumes at the end: %v", got)
+	}
+}
+
+// TestModuleIDsChecked: the host refuses a local ID that is ".", "..", starts
+// with anything but a letter or digit, holds a "/", or makes a volume or
+// snapshot ID longer than CSI's 128 bytes; group snapshot IDs fit 128 bytes
+// whatever the name; a node ID longer than CSI's 256 bytes is INTERNAL
+// naming the backends' shares, not handed to the CO.
+func TestModuleIDsChecked(t *testing.T) {
+	d, _ := startLiar(t)
+	ctrl := d.controller()
+	longest := strings.Repeat("x", 128-len("liar:"))
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{".", false},
+		{"..", false},
+		{"..+x", false},
+		{".hidden", false},
+		{"-x", false},
+		{"_x", false},
+		{"a/b", false},
+		{"a b", false},
+		{longest + "y", false},
+		{longest, true},
+		{"a..b", true},
+		{"A-1.2_3", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp, err := ctrl.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Name: c.name, VolumeCapabilities: rwCaps()})
+			if !c.ok {
+				wantCode(t, err, codes.Internal, `backend "liar"`)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id := resp.GetVolume().GetVolumeId(); len(id) > 128 {
+				t.Fatalf("volume ID of %d bytes", len(id))
+			}
+			snap, err := ctrl.CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: c.name, SourceVolumeId: resp.GetVolume().GetVolumeId()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ctrl.DeleteSnapshot(callCtx(t), &csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshot().GetSnapshotId()}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ctrl.DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: resp.GetVolume().GetVolumeId()}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	vol := createVolume(t, d, &csi.CreateVolumeRequest{Name: "src"})
+	_, err := ctrl.CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: longest + "y", SourceVolumeId: vol.GetVolumeId()})
+	wantCode(t, err, codes.Internal, `backend "liar"`, "128")
+	_, err = ctrl.CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "..", SourceVolumeId: vol.GetVolumeId()})
+	wantCode(t, err, codes.Internal, `backend "liar"`)
+
+	// The longest group name CSI allows: its ID still fits, and it answers
+	// repeats and Get.
+	name := "h+" + strings.Repeat("x", 126)
+	req := &csi.CreateVolumeGroupSnapshotRequest{Name: name, SourceVolumeIds: []string{vol.GetVolumeId()}}
+	g, err := csi.NewGroupControllerClient(d.conn).CreateVolumeGroupSnapshot(callCtx(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gid := g.GetGroupSnapshot().GetGroupSnapshotId()
+	if len(gid) > 128 {
+		t.Errorf("group snapshot ID of %d bytes: %q", len(gid), gid)
+	}
+	if again, err := csi.NewGroupControllerClient(d.conn).CreateVolumeGroupSnapshot(callCtx(t), req); err != nil || again.GetGroupSnapshot().GetGroupSnapshotId() != gid {
+		t.Errorf("repeat: %v, %v", again, err)
+	}
+	if _, err := csi.NewGroupControllerClient(d.conn).GetVolumeGroupSnapshot(callCtx(t), &csi.GetVolumeGroupSnapshotRequest{GroupSnapshotId: gid}); err != nil {
+		t.Errorf("get %s: %v", gid, err)
+	}
+	if _, err := csi.NewGroupControllerClient(d.conn).DeleteVolumeGroupSnapshot(callCtx(t), &csi.DeleteVolumeGroupSnapshotRequest{GroupSnapshotId: gid}); err != nil {
+		t.Errorf("delete %s: %v", gid, err)
+	}
+
+	_, err = d.node().NodeGetInfo(callCtx(t), &csi.NodeGetInfoRequest{})
+	wantCode(t, err, codes.Internal, "256", "liar")
+}
+
+// TestModuleErrorMessageBounded: a module's error message of 6 MiB reaches
+// the CO cut to a few KiB, with its code, its beginning and a note of how
+// much was cut (gRPC clients refuse more than 4 MiB by default).
+func TestModuleErrorMessageBounded(t *testing.T) {
+	d, _ := startLiar(t)
+	for range 2 {
+		_, err := d.controller().GetCapacity(callCtx(t), &csi.GetCapacityRequest{})
+		wantCode(t, err, codes.Internal, strings.Repeat("e", 1000), "more bytes")
+		if n := len(status.Convert(err).Message()); n > 5<<10 {
+			t.Fatalf("status message of %d bytes", n)
+		}
+	}
+}
