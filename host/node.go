@@ -225,7 +225,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	} else if err != nil {
 		return nil, err
 	}
-	pubs, err := s.livePublications(id)
+	pubs, err := s.livePublications(ctx, &rec)
 	if err != nil {
 		return nil, err
 	}
@@ -249,17 +249,20 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	return &csi.NodeUnstageVolumeResponse{}, nil
 }
 
-// livePublications returns the recorded publications of volume id whose
-// target is still a mount point, and forgets the others: a reboot, an
-// unmount behind the daemon's back or a record deletion lost in a crash
+// livePublications returns the recorded publications of a staged volume
+// whose target is still a mount point, and forgets the others: a reboot,
+// an unmount behind the daemon's back or a record deletion lost in a crash
 // leaves such records, and they must not keep the volume from being
-// unstaged.
-func (s *Server) livePublications(id string) ([]state.Publish, error) {
+// unstaged. The read-only device of a forgotten read-only block
+// publication goes with it, unless a live one still uses it.
+func (s *Server) livePublications(ctx context.Context, rec *state.Stage) ([]state.Publish, error) {
+	id := rec.VolumeID
 	pubs, err := s.store.PublishesOf(id)
 	if err != nil {
 		return nil, err
 	}
 	live := pubs[:0]
+	var forgotten *state.Publish
 	for _, p := range pubs {
 		mounted, err := mount.IsMountPoint(p.TargetPath)
 		if err != nil {
@@ -270,7 +273,15 @@ func (s *Server) livePublications(id string) ([]state.Publish, error) {
 			continue
 		}
 		s.log.Info("forgetting publication whose target is not mounted", "volume", id, "target", p.TargetPath)
+		if p.Block && p.ReadOnly {
+			forgotten = &p
+		}
 		if err := s.store.DeletePublishSoon(id, p.TargetPath); err != nil && !errors.Is(err, state.ErrNotFound) {
+			return nil, err
+		}
+	}
+	if forgotten != nil && !slices.ContainsFunc(live, func(p state.Publish) bool { return p.Block && p.ReadOnly }) {
+		if err := s.node.releaseReadOnlyDevice(ctx, rec.Device, forgotten.Device); err != nil {
 			return nil, err
 		}
 	}
@@ -328,8 +339,12 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 			if p.ReadOnly != readOnly || p.Block != c.Block {
 				return nil, errf(codes.AlreadyExists, "volume %q is published at %q with other arguments", id, target)
 			}
-			if err := s.publish(ctx, &rec, &p); err != nil {
+			durable, err := s.publish(ctx, &rec, &p)
+			if err != nil {
 				return nil, err
+			}
+			if err := durable(); err != nil {
+				return nil, fmt.Errorf("record publication of %s at %s: %w", id, target, err)
 			}
 			return &csi.NodePublishVolumeResponse{}, nil
 		}
@@ -342,23 +357,62 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, fmt.Errorf("record publication of %s at %s: %w", id, target, err)
 	}
-	if err := s.publish(ctx, &rec, &p); err != nil {
+	durableDevice, err := s.publish(ctx, &rec, &p)
+	if err != nil {
+		if p.Block && p.ReadOnly {
+			if rerr := s.releaseReadOnly(ctx, &rec, &p); rerr != nil {
+				s.log.Warn("release read-only device after failed publish", "volume", id, "target", target, "err", rerr)
+			}
+		}
 		if derr := s.store.DeletePublish(id, target); derr != nil {
 			s.log.Warn("remove publication record after failed publish", "volume", id, "target", target, "err", derr)
 		}
 		return nil, err
 	}
-	if err := durable(); err != nil {
+	if err := errors.Join(durable(), durableDevice()); err != nil {
 		return nil, fmt.Errorf("record publication of %s at %s: %w", id, target, err)
 	}
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
-func (s *Server) publish(ctx context.Context, rec *state.Stage, p *state.Publish) error {
-	if p.Block {
-		return s.node.bind(ctx, rec.Device, p.TargetPath, p.ReadOnly, true)
+// publish binds the staged volume at p's target: the staging path for
+// mount access, the device node for block access. A read-only block
+// publication binds a read-only loop device over the staged device
+// instead, since a read-only bind of a device node leaves the device
+// writable; p.Device records it, and when it changes (first publish, or a
+// reboot took the old one) publish records p again before the bind and
+// returns the wait for that record.
+func (s *Server) publish(ctx context.Context, rec *state.Stage, p *state.Publish) (durable func() error, err error) {
+	durable = func() error { return nil }
+	if !p.Block {
+		return durable, s.node.bind(ctx, rec.StagingPath, p.TargetPath, p.ReadOnly, false)
 	}
-	return s.node.bind(ctx, rec.StagingPath, p.TargetPath, p.ReadOnly, false)
+	dev := rec.Device
+	if p.ReadOnly {
+		if dev, err = s.node.readOnlyDevice(ctx, rec.Device); err != nil {
+			return nil, err
+		}
+		if p.Device != dev {
+			p.Device = dev
+			if durable, err = s.store.PutPublishAsync(*p); err != nil {
+				return nil, fmt.Errorf("record publication of %s at %s: %w", p.VolumeID, p.TargetPath, err)
+			}
+		}
+	}
+	return durable, s.node.bind(ctx, dev, p.TargetPath, p.ReadOnly, true)
+}
+
+// releaseReadOnly detaches the read-only device of block publication p
+// unless another read-only block publication of the volume shares it.
+func (s *Server) releaseReadOnly(ctx context.Context, rec *state.Stage, p *state.Publish) error {
+	pubs, err := s.store.PublishesOf(p.VolumeID)
+	if err != nil {
+		return err
+	}
+	if slices.ContainsFunc(pubs, func(o state.Publish) bool { return o.TargetPath != p.TargetPath && o.Block && o.ReadOnly }) {
+		return nil
+	}
+	return s.node.releaseReadOnlyDevice(ctx, rec.Device, p.Device)
 }
 
 // NodeUnpublishVolume unmounts the target path and removes it. A target
@@ -376,8 +430,24 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, err
 	}
 	defer unlock()
+	p, perr := s.store.GetPublish(id, target)
+	if perr != nil && !errors.Is(perr, state.ErrNotFound) {
+		return nil, perr
+	}
 	if err := s.node.unpublish(ctx, target); err != nil {
 		return nil, err
+	}
+	// The read-only device goes before the record: a crash between the two
+	// leaves a record whose retry finds the device gone, never a device
+	// that no record names.
+	if perr == nil && p.Block && p.ReadOnly {
+		if rec, serr := s.store.GetStage(id); serr == nil {
+			if err := s.releaseReadOnly(ctx, &rec, &p); err != nil {
+				return nil, err
+			}
+		} else if !errors.Is(serr, state.ErrNotFound) {
+			return nil, serr
+		}
 	}
 	if err := s.store.DeletePublishSoon(id, target); err != nil && !errors.Is(err, state.ErrNotFound) {
 		return nil, fmt.Errorf("delete publication record %s at %s: %w", id, target, err)
@@ -479,6 +549,13 @@ func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	}
 	if rec.Device != "" && !block && !rec.Block {
 		if err := s.node.growFS(ctx, rec.Device, rec.StagingPath, rec.FsType); err != nil {
+			return nil, err
+		}
+	}
+	if rec.Block {
+		// A read-only loop device over the staged device keeps its size
+		// until told.
+		if err := s.node.resizeReadOnlyDevice(ctx, rec.Device); err != nil {
 			return nil, err
 		}
 	}

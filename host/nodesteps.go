@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
+	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
 )
 
@@ -111,6 +112,68 @@ func (n *nodeSteps) bind(ctx context.Context, src, target string, readOnly, file
 	}
 	_, err := mount.Bind(ctx, src, target, readOnly)
 	return err
+}
+
+// readOnlyDevice returns a read-only loop device over dev, attaching one
+// when there is none yet: the device a read-only block publication binds.
+// Every read-only publication of a volume shares it (AttachDevice finds
+// the one already over dev). Direct I/O keeps the data out of a second
+// page cache; reads stay coherent with writes through dev, whose cached
+// pages a direct read flushes first.
+func (n *nodeSteps) readOnlyDevice(ctx context.Context, dev string) (string, error) {
+	d, err := loop.AttachDevice(ctx, dev, loop.Options{ReadOnly: true, DirectIO: true})
+	if err != nil {
+		return "", fmt.Errorf("read-only device over %s: %w", dev, err)
+	}
+	return d.Path, nil
+}
+
+// readOnlyOver returns the read-only loop device over dev, if any; it
+// tries the recorded device first (one device to read, where a search
+// walks every loop device when this process has not seen it yet).
+func (n *nodeSteps) readOnlyOver(ctx context.Context, dev, recorded string) (loop.Device, bool, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); errors.Is(err, unix.ENOENT) {
+		return loop.Device{}, false, nil // the device is gone, and with it anything over it
+	} else if err != nil {
+		return loop.Device{}, false, fmt.Errorf("device %s: %w", dev, err)
+	}
+	if recorded != "" {
+		if d, bound, err := loop.Status(ctx, recorded); err == nil && bound && d.ReadOnly && d.Dev == st.Dev && d.Inode == st.Ino {
+			return d, true, nil
+		}
+	}
+	d, ok, err := loop.Find(ctx, dev)
+	if err != nil || !ok || !d.ReadOnly {
+		return loop.Device{}, false, err
+	}
+	return d, true, nil
+}
+
+// releaseReadOnlyDevice detaches the read-only loop device over dev, if
+// there is one; recorded is where the publication record saw it.
+func (n *nodeSteps) releaseReadOnlyDevice(ctx context.Context, dev, recorded string) error {
+	d, ok, err := n.readOnlyOver(ctx, dev, recorded)
+	if err != nil || !ok {
+		return err
+	}
+	if err := loop.Detach(ctx, d.Path); err != nil {
+		return fmt.Errorf("release read-only device over %s: %w", dev, err)
+	}
+	return nil
+}
+
+// resizeReadOnlyDevice makes the read-only loop device over dev, if any,
+// take dev's new size after an expansion.
+func (n *nodeSteps) resizeReadOnlyDevice(ctx context.Context, dev string) error {
+	d, ok, err := n.readOnlyOver(ctx, dev, "")
+	if err != nil || !ok {
+		return err
+	}
+	if _, err := loop.Resize(ctx, d.Path); err != nil {
+		return fmt.Errorf("resize read-only device over %s: %w", dev, err)
+	}
+	return nil
 }
 
 // checkDevice checks that a block device node exists.

@@ -8,7 +8,9 @@ import (
 	"strings"
 
 	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 
+	"github.com/wasmcsi/wasmcsi/host/state"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
 )
@@ -90,6 +92,7 @@ func (s *Server) reconcile(ctx context.Context, clean bool) ([]Finding, error) {
 	if err != nil {
 		return out, err
 	}
+	out = append(out, readOnlyOrphans(stages, pubs, devs)...)
 	for _, d := range devs {
 		if !inRoots(d.BackingFile) {
 			continue
@@ -181,4 +184,39 @@ func (ps poolPlaces) holds(m *mountinfo.Info) bool {
 		}
 	}
 	return false
+}
+
+// readOnlyOrphans finds read-only loop devices over staged devices that no
+// read-only block publication of the volume explains. Such a device is the
+// host's own (NodePublish makes one for each read-only block volume, see
+// nodeSteps.readOnlyDevice); its backing is a device node, never a pool
+// file, so the pool check does not see it. A crash between its attach and
+// its record's sync leaves one.
+func readOnlyOrphans(stages []state.Stage, pubs []state.Publish, devs []loop.Device) []Finding {
+	readOnly := map[string]bool{} // volumes with a read-only block publication
+	for _, p := range pubs {
+		if p.Block && p.ReadOnly {
+			readOnly[p.VolumeID] = true
+		}
+	}
+	type node struct{ dev, ino uint64 }
+	staged := map[node]*state.Stage{}
+	for i := range stages {
+		if rec := &stages[i]; rec.Device != "" {
+			var st unix.Stat_t
+			if unix.Stat(rec.Device, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFBLK {
+				staged[node{st.Dev, st.Ino}] = rec
+			}
+		}
+	}
+	var out []Finding
+	for _, d := range devs {
+		rec, ok := staged[node{d.Dev, d.Inode}]
+		if !ok || !d.ReadOnly || readOnly[rec.VolumeID] {
+			continue
+		}
+		out = append(out, Finding{Kind: "orphan-loop", Path: d.Path, Detail: "read-only device over " + rec.Device +
+			" of volume " + rec.VolumeID + " with no read-only block publication record"})
+	}
+	return out
 }

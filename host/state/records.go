@@ -108,6 +108,8 @@ type Publish struct {
 	Block       bool
 	MountFlags  []string
 	Backend     string
+	// Device is the read-only loop device a read-only block publication
+	// binds instead of the staged device.
 	Device      string
 	FsType      string
 	Context     map[string]string

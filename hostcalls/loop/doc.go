@@ -1,5 +1,6 @@
-// Package loop attaches regular files to Linux loop devices and finds,
-// resizes, lists and detaches them, by ioctl on /dev/loop-control and
+// Package loop attaches regular files (and, for the host's read-only block
+// publications, block devices) to Linux loop devices and finds, resizes,
+// lists and detaches them, by ioctl on /dev/loop-control and
 // /dev/loopN and by reading sysfs. It never runs losetup, never formats or
 // mounts anything, never touches a device that is not a loop device, and never
 // sets LO_FLAGS_AUTOCLEAR on a device it attaches: a wasmcsi volume stays

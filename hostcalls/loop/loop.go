@@ -91,15 +91,44 @@ func Attach(ctx context.Context, file string, opts Options) (Device, error) {
 // read-only is attached read-only whatever opts says. The caller keeps f and
 // may close it at once: the device holds its own reference to the file.
 func AttachFile(ctx context.Context, f *os.File, opts Options) (Device, error) {
+	return attachOpen(ctx, f, unix.S_IFREG, opts)
+}
+
+// AttachDevice binds a loop device over the block device dev, as Attach
+// does over a file, and with the same idempotence: a device already bound
+// over dev (matched by its node's device and inode numbers, so always name
+// the same node, e.g. its real path) is returned. It is how the host
+// publishes a block volume read-only: a read-only bind of a device node
+// leaves the device writable, a read-only loop device over it is not
+// (writes fail with EPERM). Modules cannot reach it.
+func AttachDevice(ctx context.Context, dev string, opts Options) (Device, error) {
+	mode := unix.O_RDWR
+	if opts.ReadOnly {
+		mode = unix.O_RDONLY
+	}
+	f, err := os.OpenFile(dev, mode|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Device{}, fmt.Errorf("attach %s: %w", dev, codeErr(err, err.Error()))
+	}
+	defer f.Close()
+	return attachOpen(ctx, f, unix.S_IFBLK, opts)
+}
+
+// attachOpen attaches the open file f, which must be of type kind (a
+// regular file or a block device).
+func attachOpen(ctx context.Context, f *os.File, kind uint32, opts Options) (Device, error) {
 	name := f.Name()
 	fd := int(f.Fd())
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return Device{}, fmt.Errorf("attach %s: stat: %w", name, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return Device{}, fmt.Errorf("attach %s: %w", name,
-			abi.Errorf(abi.InvalidArgument, "not a regular file"))
+	if st.Mode&unix.S_IFMT != kind {
+		what := "not a regular file"
+		if kind == unix.S_IFBLK {
+			what = "not a block device"
+		}
+		return Device{}, fmt.Errorf("attach %s: %w", name, abi.Errorf(abi.InvalidArgument, what))
 	}
 	accmode, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err != nil {

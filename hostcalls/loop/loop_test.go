@@ -475,3 +475,56 @@ func TestFindAfterDeviceReused(t *testing.T) {
 		t.Fatalf("find of the second file = %+v, %v, %v; want %s", found, ok, err, d2.Path)
 	}
 }
+
+// TestAttachDeviceReadOnly: a read-only loop device over a block device
+// refuses writes while the device under it still takes them, shows what
+// is written there, is found again by the device it backs, and detaches.
+func TestAttachDeviceReadOnly(t *testing.T) {
+	looptest.Require(t)
+	ctx := context.Background()
+	under, file := looptest.Device(t, 8*mib)
+	ro, err := loop.AttachDevice(ctx, under, loop.Options{ReadOnly: true, DirectIO: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := loop.Detach(ctx, ro.Path); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	if !ro.ReadOnly || ro.BackingFile != under || ro.SizeBytes != 8*mib || ro.Path == under {
+		t.Fatalf("AttachDevice = %+v, want a read-only device of 8 MiB over %s", ro, under)
+	}
+	for _, mode := range []int{os.O_WRONLY, os.O_RDWR} {
+		f, err := os.OpenFile(ro.Path, mode, 0)
+		if err == nil {
+			_, err = f.WriteAt([]byte("x"), 0)
+			f.Close()
+		}
+		if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.EROFS) && !errors.Is(err, unix.EACCES) {
+			t.Fatalf("write through the read-only device (mode %#o) = %v, want EPERM or EROFS", mode, err)
+		}
+	}
+	payload := bytes.Repeat([]byte("under-ro"), 512)
+	writeAt(t, under, payload, 2*mib)
+	got := make([]byte, len(payload))
+	readAt(t, ro.Path, got, 2*mib)
+	if !bytes.Equal(got, payload) {
+		t.Fatal("the read-only device does not show what was written to the device under it")
+	}
+	if again, err := loop.AttachDevice(ctx, under, loop.Options{ReadOnly: true}); err != nil || again.Path != ro.Path {
+		t.Fatalf("second AttachDevice = %+v, %v; want %s again", again, err, ro.Path)
+	}
+	if found, ok, err := loop.Find(ctx, under); err != nil || !ok || found.Path != ro.Path {
+		t.Fatalf("Find(%s) = %+v, %v, %v; want %s", under, found, ok, err, ro.Path)
+	}
+	if _, err := loop.AttachDevice(ctx, file, loop.Options{ReadOnly: true}); abi.CodeOf(err) != abi.InvalidArgument {
+		t.Fatalf("AttachDevice of a regular file = %v, want INVALID_ARGUMENT", err)
+	}
+	if err := loop.Detach(ctx, ro.Path); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := loop.Find(ctx, under); err != nil || ok {
+		t.Fatalf("Find after detach = %v, %v; want nothing", ok, err)
+	}
+}
