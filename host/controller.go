@@ -664,6 +664,15 @@ func (s *Server) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 	if !ok {
 		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", v.Backend, id)
 	}
+	if c := capability; c != nil {
+		// "Exceeds capabilities" is INVALID_ARGUMENT on the expand RPCs.
+		if err := b.supportsCapability(*c); err != nil {
+			return nil, errf(codes.InvalidArgument, "exceeds the volume's capabilities: %v", err)
+		}
+		if !slices.ContainsFunc(v.Capabilities, func(h state.Capability) bool { return h.Block == c.Block }) {
+			return nil, errf(codes.InvalidArgument, "exceeds the volume's capabilities: volume %q was not created for %s access", id, accessType(c.Block))
+		}
+	}
 	nodeExpansion := b.info.NodeExpansion
 	if required <= v.CapacityBytes {
 		return &csi.ControllerExpandVolumeResponse{CapacityBytes: v.CapacityBytes, NodeExpansionRequired: nodeExpansion}, nil

@@ -70,8 +70,8 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil {
 		return nil, err
 	}
-	if err := b.supportsCapability(c); err != nil {
-		return nil, errf(codes.InvalidArgument, "%v", err)
+	if err := s.nodeCapability(b, id, c); err != nil {
+		return nil, err
 	}
 	unlock, err := s.lock(volKey(id))
 	if err != nil {
@@ -82,7 +82,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		if old.StagingPath != staging {
 			return nil, errf(codes.FailedPrecondition, "volume %q is staged at %q", id, old.StagingPath)
 		}
-		if old.Block != c.Block || (!c.Block && c.FsType != "" && c.FsType != old.FsType) {
+		if !stagedAs(&old, c) {
 			return nil, errf(codes.AlreadyExists, "volume %q is staged at %q with another capability", id, staging)
 		}
 		if err := s.ensureStaged(ctx, b, &old, req.GetPublishContext(), req.GetSecrets()); err != nil {
@@ -107,6 +107,46 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return nil, err
 	}
 	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// nodeCapability checks the capability of a NodeStage or NodePublish
+// against what the volume can be: what its backend offers and, where this
+// daemon also holds the volume's controller record, the access type it was
+// created for (a volume made for block access must not be formatted by a
+// mount stage). Both are the spec's "Exceeds capabilities", which on these
+// two RPCs is FAILED_PRECONDITION.
+func (s *Server) nodeCapability(b *backend, id string, c abi.Capability) error {
+	if err := b.supportsCapability(c); err != nil {
+		return errf(codes.FailedPrecondition, "exceeds the volume's capabilities: %v", err)
+	}
+	v, err := s.store.GetVolume(id)
+	if errors.Is(err, state.ErrNotFound) {
+		return nil // a node without the controller's records
+	} else if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(v.Capabilities, func(h state.Capability) bool { return h.Block == c.Block }) {
+		return errf(codes.FailedPrecondition, "exceeds the volume's capabilities: volume %q was not created for %s access", id, accessType(c.Block))
+	}
+	return nil
+}
+
+func accessType(block bool) string {
+	if block {
+		return "block"
+	}
+	return "mount"
+}
+
+// stagedAs reports whether a repeated NodeStage asks for the stage that
+// exists: the same access type, fs type (when named), read-only-ness and
+// mount flags. Anything else would need another mount at the same path,
+// which is the spec's ALREADY_EXISTS.
+func stagedAs(old *state.Stage, c abi.Capability) bool {
+	return old.Block == c.Block &&
+		(c.Block || c.FsType == "" || c.FsType == old.FsType) &&
+		readOnlyMode(abi.AccessMode(old.AccessMode)) == readOnlyMode(c.AccessMode) &&
+		slices.Equal(old.MountFlags, c.MountFlags)
 }
 
 // stage runs the backend's node_stage and the generic steps, and releases
@@ -218,6 +258,11 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	defer unlock()
 	rec, err := s.store.GetStage(id)
 	if errors.Is(err, state.ErrNotFound) || (err == nil && rec.StagingPath != staging) {
+		if errors.Is(err, state.ErrNotFound) {
+			if _, err := s.nodeBackend(id); err != nil {
+				return nil, err // no record, and no backend of ours owns the ID
+			}
+		}
 		if err := s.node.unmount(ctx, staging); err != nil {
 			return nil, err
 		}
@@ -302,14 +347,14 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, err
 	}
-	if staging == "" {
-		return nil, errf(codes.InvalidArgument, "staging_target_path missing: this plugin stages volumes")
-	}
-	if err := optionalNodePath("staging_target_path", staging); err != nil {
+	if err := checkPublishStagingPath(req); err != nil {
 		return nil, err
 	}
 	b, err := s.nodeBackend(id)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.nodeCapability(b, id, c); err != nil {
 		return nil, err
 	}
 	unlock, err := s.lock(volKey(id))
@@ -324,7 +369,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return nil, err
 	}
 	if rec.Block != c.Block {
-		return nil, errf(codes.InvalidArgument, "volume %q is staged for another access type", id)
+		return nil, errf(codes.FailedPrecondition, "exceeds the volume's capabilities: volume %q is staged for %s access", id, accessType(rec.Block))
 	}
 	if err := s.ensureStaged(ctx, b, &rec, req.GetPublishContext(), req.GetSecrets()); err != nil {
 		return nil, err
@@ -336,7 +381,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	for _, p := range pubs {
 		if p.TargetPath == target {
-			if p.ReadOnly != readOnly || p.Block != c.Block {
+			if p.ReadOnly != readOnly || p.Block != c.Block || !slices.Equal(p.MountFlags, c.MountFlags) {
 				return nil, errf(codes.AlreadyExists, "volume %q is published at %q with other arguments", id, target)
 			}
 			durable, err := s.publish(ctx, &rec, &p)
@@ -373,6 +418,17 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return nil, fmt.Errorf("record publication of %s at %s: %w", id, target, err)
 	}
 	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// checkPublishStagingPath checks the staging path of a NodePublishVolume.
+// The node advertises STAGE_UNSTAGE_VOLUME, so a publish without one is the
+// spec's "Staging target path not set": FAILED_PRECONDITION, the CO must
+// stage first.
+func checkPublishStagingPath(req *csi.NodePublishVolumeRequest) error {
+	if req.GetStagingTargetPath() == "" {
+		return errf(codes.FailedPrecondition, "staging_target_path not set: this node stages volumes (STAGE_UNSTAGE_VOLUME); call NodeStageVolume first")
+	}
+	return optionalNodePath("staging_target_path", req.GetStagingTargetPath())
 }
 
 // publish binds the staged volume at p's target: the staging path for
@@ -433,6 +489,12 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	p, perr := s.store.GetPublish(id, target)
 	if perr != nil && !errors.Is(perr, state.ErrNotFound) {
 		return nil, perr
+	}
+	if _, err := s.nodeBackend(id); err != nil && perr != nil {
+		// No backend of ours owns the ID and no publication was recorded
+		// under it (its module since removed): the volume does not exist
+		// here.
+		return nil, err
 	}
 	if err := s.node.unpublish(ctx, target); err != nil {
 		return nil, err
@@ -520,10 +582,13 @@ func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if err := optionalNodePath("staging_target_path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
+	var capability *abi.Capability
 	if req.GetVolumeCapability() != nil {
-		if _, err := capabilityFromCSI(req.GetVolumeCapability()); err != nil {
+		c, err := capabilityFromCSI(req.GetVolumeCapability())
+		if err != nil {
 			return nil, err
 		}
+		capability = &c
 	}
 	unlock, err := s.lock(volKey(id))
 	if err != nil {
@@ -537,6 +602,15 @@ func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	b, ok := s.backends.Load().get(rec.Backend)
 	if !ok {
 		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", rec.Backend, id)
+	}
+	if c := capability; c != nil {
+		// "Exceeds capabilities" is INVALID_ARGUMENT on the expand RPCs.
+		if err := b.supportsCapability(*c); err != nil {
+			return nil, errf(codes.InvalidArgument, "exceeds the volume's capabilities: %v", err)
+		}
+		if c.Block != block {
+			return nil, errf(codes.InvalidArgument, "exceeds the volume's capabilities: volume %q is at %q for %s access", id, path, accessType(block))
+		}
 	}
 	var capacity int64
 	if b.has(abi.OpNodeExpand) {

@@ -118,7 +118,8 @@ func (s *Server) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 	}
 	if sn.GroupID != "" {
 		if _, err := s.store.GetGroup(sn.GroupID); err == nil {
-			return nil, errf(codes.FailedPrecondition, "snapshot %q belongs to group snapshot %q: delete the group", id, sn.GroupID)
+			// The spec's "Snapshot is part of a group": INVALID_ARGUMENT.
+			return nil, errf(codes.InvalidArgument, "snapshot %q belongs to group snapshot %q: delete the group", id, sn.GroupID)
 		}
 	}
 	if err := s.deleteSnapshotLocked(ctx, &sn); err != nil {
