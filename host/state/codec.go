@@ -400,6 +400,8 @@ func encodeStage(v *Stage) ([]byte, error) {
 	e.strMap(12, v.VolumeContext)
 	e.strs(13, v.BackendFlags)
 	e.str(14, v.DeviceFile)
+	e.bool(15, v.Unstaging)
+	e.bool(16, v.LostReported)
 	return e.result()
 }
 
@@ -436,6 +438,10 @@ func decodeStage(b []byte) (v Stage, err error) {
 			err = d.RepeatedString(t, &v.BackendFlags)
 		case 14:
 			v.DeviceFile, err = d.String(t)
+		case 15:
+			v.Unstaging, err = d.Bool(t)
+		case 16:
+			v.LostReported, err = d.Bool(t)
 		default:
 			err = d.Skip(field, t)
 		}

@@ -80,7 +80,8 @@ func TestCodecRoundTrip(t *testing.T) {
 			roundTrip(t, stageCodec, Stage{VolumeID: "v", StagingPath: "/s", Backend: "b", Device: "/dev/x",
 				Directory: "/d", FsType: "ext4", MountFlags: []string{"a", "b"}, Block: true,
 				Context: map[string]string{"k": "v"}, AccessMode: 3, StagedAt: created,
-				VolumeContext: map[string]string{"path": "/p"}, BackendFlags: []string{"nouuid"}, DeviceFile: "2049:12"})
+				VolumeContext: map[string]string{"path": "/p"}, BackendFlags: []string{"nouuid"}, DeviceFile: "2049:12",
+				Unstaging: true, LostReported: true})
 		}},
 		{"publish", func(t *testing.T) {
 			roundTrip(t, publishCodec, Publish{VolumeID: "v", TargetPath: "/t", StagingPath: "/s",

@@ -96,6 +96,15 @@ type Stage struct {
 	// device ("<st_dev>:<st_ino>"): a reboot hands loop device numbers out
 	// afresh, so the recorded number alone may name another file's device.
 	DeviceFile string
+	// Unstaging is set, durably, before NodeUnstageVolume takes the stage
+	// down: a record so marked whose stage is gone describes an unstage,
+	// not a stage a reboot took away, even when the record's deletion was
+	// lost in a crash.
+	Unstaging bool
+	// LostReported is set once start-up has reported that the stage is
+	// gone and waits for the CO's next NodeStage, so that it is reported
+	// once, not at every start.
+	LostReported bool
 }
 
 // Publish is a volume published on this node (NodePublishVolume), keyed by
