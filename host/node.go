@@ -30,12 +30,13 @@ import (
 // or a restart already re-creates.
 //
 // The deletions of stage and publication records are not waited for: they
-// reach the disk with the log's next sync, moments later. One lost in a
-// crash brings back a record of a mount or device that is gone, which is
-// the state a reboot leaves every node record in and which the node
-// service handles anyway: NodeStage and NodePublish re-create, NodeUnstage
-// and NodeUnpublish tidy up, and NodeUnstage forgets publications whose
-// target is no longer mounted.
+// reach the disk with the log's next sync, moments later. NodeUnstage
+// first marks the stage record as being unstaged and answers only once
+// that mark is durable (synced while the stage is taken down), so a record
+// whose deletion a crash lost comes back marked, and start-up drops it
+// instead of taking it for a stage a reboot took away (reconcile.go). A
+// lost publication deletion brings back a record whose target is not
+// mounted, which start-up and NodeUnstage drop.
 
 // nodeBackend resolves the backend of a node request; a volume ID that is
 // not ours, or whose backend is not loaded, is NOT_FOUND on this node.
@@ -215,9 +216,19 @@ func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publis
 // (daemon restart, reboot); it does nothing when all is in place.
 func (s *Server) ensureStaged(ctx context.Context, b *backend, rec *state.Stage, publishCtx, secrets map[string]string) error {
 	ok, err := s.stagePresent(ctx, rec)
-	if err != nil || ok {
+	if err != nil {
 		return err
 	}
+	if ok {
+		if rec.Unstaging || rec.LostReported {
+			// An unstage the crash cut short, or a stage put back
+			// behind the daemon's back: the stage stands.
+			rec.Unstaging, rec.LostReported = false, false
+			return s.store.PutStage(*rec)
+		}
+		return nil
+	}
+	rec.Unstaging, rec.LostReported = false, false
 	s.log.Info("re-staging volume", "volume", rec.VolumeID, "staging", rec.StagingPath)
 	// The record stays as it was until the stage is back: a failure here
 	// must not lose it.
@@ -277,21 +288,44 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if len(pubs) > 0 {
 		return nil, errf(codes.FailedPrecondition, "volume %q is still published at %q", id, pubs[0].TargetPath)
 	}
-	if err := s.node.unmount(ctx, staging); err != nil {
+	// The record is marked as being unstaged, synced while the stage is
+	// taken down, before the answer; the deletion that follows need not be.
+	marked := rec
+	marked.Unstaging = true
+	durable, err := s.store.PutStageAsync(marked)
+	if err != nil {
+		return nil, fmt.Errorf("mark stage of %s: %w", id, err)
+	}
+	if err := s.unstage(ctx, &rec); err != nil {
+		if perr := s.store.PutStage(rec); perr != nil {
+			s.log.Warn("unmark stage record after failed unstage", "volume", id, "err", perr)
+		}
 		return nil, err
 	}
-	if b, ok := s.backends.Load().get(rec.Backend); ok && b.has(abi.OpNodeUnstage) {
-		mreq := abi.NodeUnstageRequest{Volume: nodeVolumeRef(id, rec.VolumeContext), Device: rec.Device, Directory: rec.Directory, StageContext: rec.Context}
-		if err := b.call(ctx, abi.OpNodeUnstage, &mreq, &abi.Empty{}); err != nil {
-			return nil, err
-		}
-	} else if !ok {
-		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", rec.Backend, id)
+	if err := durable(); err != nil {
+		return nil, fmt.Errorf("mark stage of %s: %w", id, err)
 	}
 	if err := s.store.DeleteStageSoon(id); err != nil && !errors.Is(err, state.ErrNotFound) {
 		return nil, fmt.Errorf("delete stage record %s: %w", id, err)
 	}
 	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// unstage unmounts the staging path and lets the backend release the
+// storage.
+func (s *Server) unstage(ctx context.Context, rec *state.Stage) error {
+	if err := s.node.unmount(ctx, rec.StagingPath); err != nil {
+		return err
+	}
+	b, ok := s.backends.Load().get(rec.Backend)
+	if !ok {
+		return errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", rec.Backend, rec.VolumeID)
+	}
+	if !b.has(abi.OpNodeUnstage) {
+		return nil
+	}
+	mreq := abi.NodeUnstageRequest{Volume: nodeVolumeRef(rec.VolumeID, rec.VolumeContext), Device: rec.Device, Directory: rec.Directory, StageContext: rec.Context}
+	return b.call(ctx, abi.OpNodeUnstage, &mreq, &abi.Empty{})
 }
 
 // livePublications returns the recorded publications of a staged volume

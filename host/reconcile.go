@@ -2,7 +2,9 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,16 +18,25 @@ import (
 )
 
 // Start-up reconciliation. After a daemon restart the records and the
-// kernel agree; after a reboot every mount and loop device is gone and the
-// records still list them: NodeStageVolume and NodePublishVolume re-create
-// them when the CO calls again (kubelet does after a reboot), so nothing is
+// kernel agree, but for records whose deletion a crash lost: a stage
+// record marked as being unstaged (NodeUnstageVolume marks it durably
+// before it answers) whose mount and device are gone describes an unstage
+// the CO saw succeed, and a publication record whose target is not mounted
+// describes nothing; both are dropped, whatever clean says, and reported
+// once. After a reboot every mount and loop device is gone and the
+// unmarked stage records still list them: NodeStageVolume and
+// NodePublishVolume re-create them when the CO calls again (kubelet does
+// after a reboot), so they are kept, reported once each, and nothing is
 // done eagerly here. What the daemon owns that no record explains — a loop
 // device backed by a file in a granted pool, a mount of such a device or of
 // a pool directory — is reported, and released when clean is set.
 
 // Finding is one thing reconciliation found.
 type Finding struct {
-	Kind   string // "stage-lost", "orphan-loop", "orphan-mount"
+	// "stage-lost" (kept for the CO's next NodeStage), "stale-stage" and
+	// "stale-publication" (records of nothing, dropped), "orphan-loop",
+	// "orphan-mount" (released with clean)
+	Kind   string
 	Path   string
 	Detail string
 }
@@ -40,7 +51,8 @@ func (s *Server) Reconcile(ctx context.Context, clean bool) []Finding {
 		s.log.Warn("reconcile", "err", err)
 	}
 	for _, f := range findings {
-		s.log.Warn("reconcile", "kind", f.Kind, "path", f.Path, "detail", f.Detail, "cleaned", clean && f.Kind != "stage-lost")
+		cleaned := strings.HasPrefix(f.Kind, "stale-") || clean && strings.HasPrefix(f.Kind, "orphan-")
+		s.log.Warn("reconcile", "kind", f.Kind, "path", f.Path, "detail", f.Detail, "cleaned", cleaned)
 	}
 	return findings
 }
@@ -49,14 +61,43 @@ func (s *Server) reconcile(ctx context.Context, clean bool) ([]Finding, error) {
 	if s.cfg.Role == "controller" {
 		return nil, nil
 	}
-	stages, _, err := s.store.ListStages("", 0)
+	known := map[string]bool{} // devices, staging paths and targets the records explain
+	var out []Finding
+	listed, _, err := s.store.ListPublishes("", 0)
 	if err != nil {
 		return nil, err
 	}
-	known := map[string]bool{} // devices, staging paths and targets the records explain
-	var out []Finding
-	for i := range stages {
-		rec := &stages[i]
+	var pubs []state.Publish // the records kept
+	for _, p := range listed {
+		drop, err := s.dropPublication(p)
+		if err != nil {
+			return out, err
+		}
+		if drop {
+			out = append(out, Finding{Kind: "stale-publication", Path: p.TargetPath, Detail: fmt.Sprintf("record of volume %s at a target that is not mounted, dropped", p.VolumeID)})
+			continue
+		}
+		known[p.TargetPath] = true
+		pubs = append(pubs, p)
+	}
+	listedStages, _, err := s.store.ListStages("", 0)
+	if err != nil {
+		return out, err
+	}
+	var stages []state.Stage // the records kept
+	for i := range listedStages {
+		rec := &listedStages[i]
+		f, drop, err := s.reconcileStage(ctx, rec)
+		if err != nil {
+			return out, err
+		}
+		if f != nil {
+			out = append(out, *f)
+		}
+		if drop {
+			continue
+		}
+		stages = append(stages, *rec)
 		known[rec.StagingPath] = true
 		// A recorded loop device explains the device of that number only
 		// while it still backs the file it was staged with: after a reboot
@@ -69,16 +110,6 @@ func (s *Server) reconcile(ctx context.Context, clean bool) ([]Finding, error) {
 				known[rec.Device] = true
 			}
 		}
-		if ok, _ := s.stagePresent(ctx, rec); !ok {
-			out = append(out, Finding{Kind: "stage-lost", Path: rec.StagingPath, Detail: fmt.Sprintf("volume %s will be re-staged on its next NodeStage or NodePublish", rec.VolumeID)})
-		}
-	}
-	pubs, _, err := s.store.ListPublishes("", 0)
-	if err != nil {
-		return out, err
-	}
-	for _, p := range pubs {
-		known[p.TargetPath] = true
 	}
 	var roots []string
 	for _, m := range s.cfg.Modules {
@@ -136,6 +167,81 @@ func (s *Server) reconcile(ctx context.Context, clean bool) ([]Finding, error) {
 		}
 	}
 	return out, nil
+}
+
+// dropPublication deletes a publication record whose target is not
+// mounted: a NodeUnpublish whose deletion a crash lost, or a reboot, which
+// the CO follows with NodePublish again. A volume busy with a call is left
+// for that call.
+func (s *Server) dropPublication(p state.Publish) (bool, error) {
+	unlock, err := s.lock(volKey(p.VolumeID))
+	if err != nil {
+		return false, nil
+	}
+	defer unlock()
+	if mounted, err := mount.IsMountPoint(p.TargetPath); err != nil || mounted {
+		return false, nil
+	}
+	if err := s.store.DeletePublish(p.VolumeID, p.TargetPath); err != nil && !errors.Is(err, state.ErrNotFound) {
+		return false, err
+	}
+	return true, nil
+}
+
+// reconcileStage checks one stage record against the kernel. A record
+// marked as being unstaged of which nothing remains is deleted (drop);
+// one whose stage is gone otherwise is kept for the CO's next call and
+// reported the first time only. A volume busy with a call is left for
+// that call.
+func (s *Server) reconcileStage(ctx context.Context, rec *state.Stage) (f *Finding, drop bool, err error) {
+	unlock, err := s.lock(volKey(rec.VolumeID))
+	if err != nil {
+		return nil, false, nil
+	}
+	defer unlock()
+	if *rec, err = s.store.GetStage(rec.VolumeID); errors.Is(err, state.ErrNotFound) {
+		return nil, true, nil
+	} else if err != nil {
+		return nil, false, err
+	}
+	if ok, _ := s.stagePresent(ctx, rec); ok {
+		return nil, false, nil
+	}
+	switch {
+	case rec.Unstaging && !s.stageRemains(ctx, rec):
+		if err := s.store.DeleteStage(rec.VolumeID); err != nil && !errors.Is(err, state.ErrNotFound) {
+			return nil, false, err
+		}
+		return &Finding{Kind: "stale-stage", Path: rec.StagingPath, Detail: fmt.Sprintf("record of volume %s, which was unstaged, dropped", rec.VolumeID)}, true, nil
+	case rec.LostReported:
+		return nil, false, nil
+	}
+	detail := fmt.Sprintf("volume %s will be re-staged on its next NodeStage or NodePublish", rec.VolumeID)
+	if rec.Unstaging {
+		detail = fmt.Sprintf("an unstage of volume %s was cut short; the CO's next NodeUnstage finishes it", rec.VolumeID)
+	}
+	rec.LostReported = true
+	if err := s.store.PutStage(*rec); err != nil {
+		return nil, false, err
+	}
+	return &Finding{Kind: "stage-lost", Path: rec.StagingPath, Detail: detail}, false, nil
+}
+
+// stageRemains reports whether anything of a stage is still there: a
+// mount at its staging path, or its device (a loop device only while it
+// backs the volume's file). What cannot be checked counts as there.
+func (s *Server) stageRemains(ctx context.Context, rec *state.Stage) bool {
+	if mounted, err := mount.IsMountPoint(rec.StagingPath); err != nil || mounted {
+		return true
+	}
+	if rec.Device == "" {
+		return false
+	}
+	if _, err := os.Stat(rec.Device); errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	b, loaded := s.backends.Load().get(rec.Backend)
+	return !loaded || s.stagedDevice(ctx, b, rec)
 }
 
 // poolPlace is where a pool root lies: its filesystem's device number and

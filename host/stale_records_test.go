@@ -1,0 +1,427 @@
+package host_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/wasmcsi/wasmcsi/host/state"
+	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
+)
+
+// Node records after a crash: the deletion of a stage or publication
+// record is not waited for, so a daemon killed right after NodeUnstage or
+// NodeUnpublish answered brings the record back. These tests run the real
+// daemon binary as its own process and kill it with SIGKILL at that point.
+
+// procDaemon is the wasmcsi binary serving localdir and loopfile from a
+// folder of its own.
+type procDaemon struct {
+	bin, dir, config, socket string
+	cmd                      *exec.Cmd
+	exited                   chan struct{}
+	conn                     *grpc.ClientConn
+
+	mu   sync.Mutex
+	logs []string // the log lines of the current run
+}
+
+var (
+	daemonBinOnce sync.Once
+	daemonBin     string
+	daemonBinErr  error
+)
+
+// buildDaemon builds cmd/wasmcsi once per test binary.
+func buildDaemon(t *testing.T) string {
+	t.Helper()
+	daemonBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "wcsi-bin-")
+		if err != nil {
+			daemonBinErr = err
+			return
+		}
+		daemonBin = filepath.Join(dir, "wasmcsi")
+		out, err := exec.Command("go", "build", "-o", daemonBin, "../cmd/wasmcsi").CombinedOutput()
+		if err != nil {
+			daemonBinErr = fmt.Errorf("build the daemon: %v\n%s", err, out)
+		}
+	})
+	if daemonBinErr != nil {
+		t.Fatal(daemonBinErr)
+	}
+	return daemonBin
+}
+
+func newProcDaemon(t *testing.T) *procDaemon {
+	t.Helper()
+	requireRoot(t)
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		t.Skip("needs loop devices: ", err)
+	}
+	if _, err := os.Stat("../cmd/wasmcsi"); err != nil {
+		t.Skip("daemon sources not present: ", err)
+	}
+	localdir := localdirWasm(t)
+	loopfile := moduletest.Build(t, "../examples/loopfile", moduletest.Go)
+	dir, err := os.MkdirTemp("", "wcsi-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &procDaemon{bin: buildDaemon(t), dir: dir, config: filepath.Join(dir, "config.yaml"), socket: filepath.Join(dir, "csi.sock")}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	releaseUnder(t, dir)
+	modules := filepath.Join(dir, "modules")
+	for name, wasm := range map[string]string{"localdir": localdir, "loopfile": loopfile} {
+		if err := os.MkdirAll(filepath.Join(dir, "pools", name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(wasm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(modules, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(modules, name+".wasm"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := fmt.Sprintf(`endpoint: unix://%s
+node_id: test-node
+role: all
+state_dir: %s
+module_dir: %s
+cache_dir: %s
+watch_modules: false
+default_backend: localdir
+log_level: info
+log_format: text
+modules:
+  localdir:
+    hostcalls: [dir]
+    roots: [%s]
+    config: {quota: "off"}
+  loopfile:
+    hostcalls: [file, loop]
+    roots: [%s]
+`, p.socket, filepath.Join(dir, "state"), modules, filepath.Join(os.TempDir(), "wasmcsi-test-cache"),
+		filepath.Join(dir, "pools", "localdir"), filepath.Join(dir, "pools", "loopfile"))
+	if err := os.WriteFile(p.config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.start(t)
+	t.Cleanup(func() { p.stop(t) })
+	return p
+}
+
+// start runs the daemon and waits until it serves (after its start-up
+// reconciliation).
+func (p *procDaemon) start(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command(p.bin, "serve", "--config", p.config)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.logs = nil
+	p.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd, p.exited = cmd, make(chan struct{})
+	go func() {
+		lines := bufio.NewScanner(stderr)
+		for lines.Scan() {
+			p.mu.Lock()
+			p.logs = append(p.logs, lines.Text())
+			p.mu.Unlock()
+		}
+		cmd.Wait()
+		close(p.exited)
+	}()
+	conn, err := grpc.NewClient("unix://"+p.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.conn = conn
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{})
+		cancel()
+		if err == nil && resp.GetReady().GetValue() {
+			return
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("daemon exited:\n%s", strings.Join(p.log(), "\n"))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon not ready after a minute: %v\n%s", err, strings.Join(p.log(), "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *procDaemon) log() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.logs...)
+}
+
+// kill ends the daemon with SIGKILL, as a crash would.
+func (p *procDaemon) kill(t *testing.T) {
+	t.Helper()
+	p.conn.Close()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.exited
+}
+
+// stop ends the daemon gracefully; it does nothing when it is not running.
+func (p *procDaemon) stop(t *testing.T) {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	p.conn.Close()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		t.Error("daemon did not stop on SIGTERM")
+		p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+func (p *procDaemon) node() csi.NodeClient             { return csi.NewNodeClient(p.conn) }
+func (p *procDaemon) controller() csi.ControllerClient { return csi.NewControllerClient(p.conn) }
+
+// reconciled returns the start-up reconciliation's log lines that name path.
+func (p *procDaemon) reconciled(path string) []string {
+	var out []string
+	for _, l := range p.log() {
+		if strings.Contains(l, "msg=reconcile") && strings.Contains(l, "path="+path+" ") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestLostNodeRecordDeletions kills the daemon right after NodeUnstage
+// (a localdir volume, then a loopfile one on a loop device) and right after
+// NodeUnpublish answered, before the record's deletion reached the disk,
+// and checks after each restart that the record came back marked and was
+// dropped at start-up, reported once, while a live stage and publication
+// of another volume survive every crash untouched.
+func TestLostNodeRecordDeletions(t *testing.T) {
+	p := newProcDaemon(t)
+	ctx := callCtx(t)
+	w := workDir(t)
+	releaseUnder(t, w)
+
+	type vol struct {
+		id, staging string
+		capability  *csi.VolumeCapability
+		context     map[string]string
+	}
+	create := func(name, backend string, c *csi.VolumeCapability) *vol {
+		resp, err := p.controller().CreateVolume(ctx, &csi.CreateVolumeRequest{
+			Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: loopfileVolumeBytes},
+			VolumeCapabilities: []*csi.VolumeCapability{c}, Parameters: map[string]string{backendParam: backend},
+		})
+		if err != nil {
+			t.Fatalf("CreateVolume %s: %v", name, err)
+		}
+		return &vol{id: resp.GetVolume().GetVolumeId(), staging: stagingPath(w, name), capability: c, context: resp.GetVolume().GetVolumeContext()}
+	}
+	stage := func(v *vol) error {
+		_, err := p.node().NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: v.id, StagingTargetPath: v.staging, VolumeCapability: v.capability, VolumeContext: v.context})
+		return err
+	}
+	unstage := func(v *vol) error {
+		_, err := p.node().NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: v.id, StagingTargetPath: v.staging})
+		return err
+	}
+	publish := func(v *vol, target string) error {
+		_, err := p.node().NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: v.id, StagingTargetPath: v.staging, TargetPath: target, VolumeCapability: v.capability, VolumeContext: v.context})
+		return err
+	}
+	unpublish := func(v *vol, target string) error {
+		_, err := p.node().NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.id, TargetPath: target})
+		return err
+	}
+	staged := func(v *vol) bool {
+		resp, err := p.node().NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: v.id})
+		if status.Code(err) == codes.NotFound {
+			return false
+		} else if err != nil {
+			t.Fatalf("NodeGetVolumeHealth %s: %v", v.id, err)
+		}
+		for _, e := range resp.GetVolumeHealth().GetHealthStatuses() {
+			if e.GetReason() == "StagingLost" {
+				t.Errorf("volume %s: staging lost: %s", v.id, e.GetMessage())
+			}
+		}
+		return true
+	}
+	storeFile := filepath.Join(p.dir, "state", "wasmcsi.db")
+
+	gone := create("gone", "localdir", rwCap)
+	goneLoop := create("gone-loop", "loopfile", loopCapability(false))
+	live := create("live", "localdir", rwCap)
+	liveLoop := create("live-loop", "loopfile", loopCapability(false))
+	kept, dropped := targetPath(w, "live"), targetPath(w, "live-2")
+	for _, v := range []*vol{gone, goneLoop, live, liveLoop} {
+		if err := stage(v); err != nil {
+			t.Fatalf("NodeStage %s: %v", v.id, err)
+		}
+	}
+	for _, target := range []string{kept, dropped} {
+		if err := publish(live, target); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(kept, "kept"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	rounds := []struct {
+		name  string
+		path  string                     // the staging path or target whose record is lost
+		setup func() error               // puts the record back for another attempt
+		op    func() error               // the call whose record deletion the kill loses
+		back  func(s *state.Store) error // nil when the record came back after the kill
+		gone  func() bool                // the running daemon no longer knows the record
+	}{
+		{
+			name: "localdir unstage", path: gone.staging,
+			setup: func() error { return stage(gone) }, op: func() error { return unstage(gone) },
+			back: func(s *state.Store) error { _, err := s.GetStage(gone.id); return err },
+			gone: func() bool { return !staged(gone) },
+		},
+		{
+			name: "loopfile unstage", path: goneLoop.staging,
+			setup: func() error { return stage(goneLoop) }, op: func() error { return unstage(goneLoop) },
+			back: func(s *state.Store) error { _, err := s.GetStage(goneLoop.id); return err },
+			gone: func() bool { return !staged(goneLoop) },
+		},
+		{
+			name: "unpublish", path: dropped,
+			setup: func() error { return publish(live, dropped) }, op: func() error { return unpublish(live, dropped) },
+			back: func(s *state.Store) error { _, err := s.GetPublish(live.id, dropped); return err },
+			gone: func() bool {
+				_, err := p.node().NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: live.id, VolumePath: dropped})
+				return status.Code(err) == codes.NotFound
+			},
+		},
+	}
+	for _, r := range rounds {
+		// The kill must come before the deletion reaches the disk: with the
+		// next waited write's sync, or with the checkpoint a second after
+		// the first write it does not cover. Waiting out the checkpoint of
+		// the earlier writes leaves the call's own second; a machine that
+		// stalls through it gets another attempt.
+		for attempt := 1; ; attempt++ {
+			time.Sleep(1200 * time.Millisecond)
+			if err := r.op(); err != nil {
+				t.Fatalf("%s: %v", r.name, err)
+			}
+			p.kill(t)
+			s, err := state.Open(storeFile)
+			if err != nil {
+				t.Fatalf("open the records after the kill: %v", err)
+			}
+			backErr := r.back(s)
+			s.Close()
+			p.start(t)
+			if backErr == nil {
+				break
+			}
+			if !errors.Is(backErr, state.ErrNotFound) {
+				t.Fatal(backErr)
+			}
+			if attempt == 3 {
+				t.Fatalf("%s: the record's deletion reached the disk before the kill in %d attempts", r.name, attempt)
+			}
+			t.Logf("%s: the deletion reached the disk before the kill; again", r.name)
+			if err := r.setup(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !r.gone() {
+			t.Errorf("%s: the record of %s is still there after the restart", r.name, r.path)
+		}
+		if lines := p.reconciled(r.path); len(lines) != 1 || !strings.Contains(lines[0], "kind=stale-") {
+			t.Errorf("%s: start-up reported %s %d times, want once as stale: %q", r.name, r.path, len(lines), lines)
+		}
+		// The live volumes are neither reported nor touched.
+		for _, path := range []string{live.staging, liveLoop.staging, kept} {
+			if lines := p.reconciled(path); len(lines) != 0 {
+				t.Errorf("%s: start-up reported the live %s: %q", r.name, path, lines)
+			}
+		}
+		if !staged(live) || !staged(liveLoop) {
+			t.Fatalf("%s: a live stage lost its record", r.name)
+		}
+		if b, err := os.ReadFile(filepath.Join(kept, "kept")); err != nil || string(b) != "data" {
+			t.Fatalf("%s: data of the live volume: %q, %v", r.name, b, err)
+		}
+		if _, err := p.node().NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: live.id, VolumePath: kept}); err != nil {
+			t.Errorf("%s: the live publication: %v", r.name, err)
+		}
+	}
+
+	// Reported once: a later start finds nothing to say.
+	p.stop(t)
+	p.start(t)
+	for _, r := range rounds {
+		if lines := p.reconciled(r.path); len(lines) != 0 {
+			t.Errorf("%s: reported again at the next start: %q", r.name, lines)
+		}
+	}
+	// The dropped records hold nothing up; the live ones still do.
+	for _, v := range []*vol{gone, goneLoop} {
+		if _, err := p.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.id}); err != nil {
+			t.Errorf("DeleteVolume of the unstaged %s: %v", v.id, err)
+		}
+	}
+	_, err := p.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: live.id})
+	wantCode(t, err, codes.FailedPrecondition, "in use")
+
+	if err := unpublish(live, kept); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []*vol{live, liveLoop} {
+		if err := unstage(v); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.id}); err != nil {
+			t.Errorf("DeleteVolume %s: %v", v.id, err)
+		}
+	}
+	if ms := mountsUnder(t, w); len(ms) != 0 {
+		t.Errorf("mounts left: %v", ms)
+	}
+}
