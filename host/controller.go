@@ -164,8 +164,9 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	}
 	defer unlock()
 
+	requisite := topologiesFromCSI(req.GetAccessibilityRequirements().GetRequisite())
 	if old, err := s.store.VolumeByName(name); err == nil {
-		if err := sameVolume(&old, b.name, required, limit, caps, params, mutable, srcSnap, srcVol); err != nil {
+		if err := sameVolume(&old, b.name, required, limit, caps, params, mutable, srcSnap, srcVol, requisite); err != nil {
 			return nil, errf(codes.AlreadyExists, "volume %q exists with other arguments: %v", name, err)
 		}
 		return &csi.CreateVolumeResponse{Volume: csiVolume(&old)}, nil
@@ -175,7 +176,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 
 	mreq := abi.CreateVolumeRequest{
 		Name: name, Parameters: params, Capabilities: caps,
-		Requisite:         topologiesFromCSI(req.GetAccessibilityRequirements().GetRequisite()),
+		Requisite:         requisite,
 		Preferred:         topologiesFromCSI(req.GetAccessibilityRequirements().GetPreferred()),
 		MutableParameters: mutable,
 	}
@@ -292,7 +293,7 @@ func (b *backend) sizeFor(required, limit, sourceSize int64) (int64, error) {
 
 // sameVolume decides whether a repeated CreateVolume asks for the volume
 // that exists; the error says what differs.
-func sameVolume(v *state.Volume, backend string, required, limit int64, caps []abi.Capability, params, mutable map[string]string, srcSnap, srcVol string) error {
+func sameVolume(v *state.Volume, backend string, required, limit int64, caps []abi.Capability, params, mutable map[string]string, srcSnap, srcVol string, requisite []abi.Topology) error {
 	switch {
 	case v.Backend != backend:
 		return fmt.Errorf("backend %q, not %q", v.Backend, backend)
@@ -306,6 +307,8 @@ func sameVolume(v *state.Volume, backend string, required, limit int64, caps []a
 		return fmt.Errorf("other parameters")
 	case !maps.Equal(v.MutableParameters, mutable) && !(len(v.MutableParameters) == 0 && len(mutable) == 0):
 		return fmt.Errorf("other mutable parameters")
+	case !meetsRequisite(v.Topology, requisite):
+		return fmt.Errorf("accessible from %v, which the requisite topology %v excludes", v.Topology, requisite)
 	}
 	have := abiCaps(v.Capabilities)
 	for _, c := range caps {
@@ -314,6 +317,32 @@ func sameVolume(v *state.Volume, backend string, required, limit int64, caps []a
 		}
 	}
 	return nil
+}
+
+// meetsRequisite reports whether a volume accessible from the segments
+// accessible satisfies a requisite topology: some accessible segment agrees
+// with some requisite one on every key the two share. A volume with no
+// recorded topology is accessible everywhere; no requisite asks nothing.
+// The preferred list is a wish, which a repeat may state differently.
+func meetsRequisite(accessible []map[string]string, requisite []abi.Topology) bool {
+	if len(accessible) == 0 || len(requisite) == 0 {
+		return true
+	}
+	for _, a := range accessible {
+		for _, r := range requisite {
+			agree := true
+			for k, v := range r.Segments {
+				if av, ok := a[k]; ok && av != v {
+					agree = false
+					break
+				}
+			}
+			if agree {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func sameCapability(a, b abi.Capability) bool {
@@ -406,6 +435,9 @@ func (s *Server) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 		if p.ReadOnly != req.GetReadonly() {
 			return nil, errf(codes.AlreadyExists, "volume %q is published to %q with readonly=%v", id, nodeID, p.ReadOnly)
 		}
+		if p.Capability != nil && !samePublishCapability(*p.Capability, c) {
+			return nil, errf(codes.AlreadyExists, "volume %q is published to %q with another capability (%s access, mode %d)", id, nodeID, accessType(p.Capability.Block), p.Capability.AccessMode)
+		}
 		if !b.has(abi.OpControllerPublish) {
 			return &csi.ControllerPublishVolumeResponse{PublishContext: withPublishedNode(p.Context, nodeName)}, nil
 		}
@@ -426,11 +458,20 @@ func (s *Server) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	if v.Published == nil {
 		v.Published = map[string]state.PublishedNode{}
 	}
-	v.Published[nodeID] = state.PublishedNode{ReadOnly: req.GetReadonly(), Context: resp.PublishContext}
+	v.Published[nodeID] = state.PublishedNode{ReadOnly: req.GetReadonly(), Context: resp.PublishContext, Capability: &stateCaps([]abi.Capability{c})[0]}
 	if err := s.store.PutVolume(v); err != nil {
 		return nil, fmt.Errorf("record publication of %s: %w", id, err)
 	}
 	return &csi.ControllerPublishVolumeResponse{PublishContext: withPublishedNode(resp.PublishContext, nodeName)}, nil
+}
+
+// samePublishCapability decides whether a repeated ControllerPublish asks
+// for the publication that exists: the same access type and access mode,
+// which is what the controller step depends on (a grant read-write or
+// read-only, to one node or many). The fs type and mount flags concern the
+// node's mount, which NodeStage and NodePublish check.
+func samePublishCapability(have state.Capability, c abi.Capability) bool {
+	return have.Block == c.Block && abi.AccessMode(have.AccessMode) == c.AccessMode
 }
 
 // ControllerUnpublishVolume revokes a node's access (every node's when
@@ -505,9 +546,45 @@ func (s *Server) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 			return &csi.ValidateVolumeCapabilitiesResponse{Message: "volume was created for another access type"}, nil
 		}
 	}
+	if why := s.differsFromRecord(&v, req); why != "" {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: why}, nil
+	}
 	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
 		VolumeContext: req.GetVolumeContext(), VolumeCapabilities: req.GetVolumeCapabilities(), Parameters: req.GetParameters(), MutableParameters: req.GetMutableParameters(),
 	}}, nil
+}
+
+// differsFromRecord compares the volume context, parameters and mutable
+// parameters a ValidateVolumeCapabilities names with the volume's record
+// and says what differs. Confirmed echoes what the plugin validated, and
+// the CO reads anything echoed as supported, so nothing is echoed that was
+// not checked: parameters (with the backend parameter, which selects the
+// backend) must be those the volume was created with, a volume context
+// the one it was given, and mutable parameters its current values.
+func (s *Server) differsFromRecord(v *state.Volume, req *csi.ValidateVolumeCapabilitiesRequest) string {
+	if vc := req.GetVolumeContext(); len(vc) > 0 && !maps.Equal(vc, v.Context) {
+		return "volume_context differs from the volume's"
+	}
+	if params := req.GetParameters(); len(params) > 0 {
+		backend, ok := params[s.cfg.BackendParameter]
+		if !ok || backend == "" {
+			backend = s.cfg.DefaultBackend
+		}
+		rest := maps.Clone(params)
+		delete(rest, s.cfg.BackendParameter)
+		if backend != v.Backend {
+			return fmt.Sprintf("parameters select backend %q; the volume is %q's", backend, v.Backend)
+		}
+		if !maps.Equal(rest, v.Parameters) && !(len(rest) == 0 && len(v.Parameters) == 0) {
+			return "parameters differ from those the volume was created with"
+		}
+	}
+	for k, val := range req.GetMutableParameters() {
+		if have, ok := v.MutableParameters[k]; !ok || have != val {
+			return fmt.Sprintf("mutable parameter %q is not %q on this volume", k, val)
+		}
+	}
+	return ""
 }
 
 // ListVolumes pages through the records in ID order.

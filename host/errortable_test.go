@@ -129,6 +129,11 @@ func TestSpecErrorTables(t *testing.T) {
 			_, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "et-vol", VolumeCapabilities: rwCaps(), CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * mib}})
 			return err
 		}},
+		{rpc: "CreateVolume", condition: "exists but incompatible accessibility_requirements", want: codes.AlreadyExists, call: func(ctx context.Context) error {
+			_, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "et-vol", VolumeCapabilities: rwCaps(), CapacityRange: &csi.CapacityRange{RequiredBytes: mib},
+				AccessibilityRequirements: &csi.TopologyRequirement{Requisite: []*csi.Topology{{Segments: map[string]string{"topology.wasmcsi.dev/node": "elsewhere"}}}}})
+			return err
+		}},
 		{rpc: "CreateVolume", condition: "unable to provision in the requisite topology", want: codes.ResourceExhausted, call: func(ctx context.Context) error {
 			_, err := ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "et-elsewhere", VolumeCapabilities: rwCaps(),
 				AccessibilityRequirements: &csi.TopologyRequirement{Requisite: []*csi.Topology{{Segments: map[string]string{"topology.wasmcsi.dev/node": "elsewhere"}}}}})
@@ -155,6 +160,10 @@ func TestSpecErrorTables(t *testing.T) {
 		}},
 		{rpc: "ControllerPublishVolume", condition: "published but incompatible readonly", want: codes.AlreadyExists, call: func(ctx context.Context) error {
 			_, err := ctl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: vol.GetVolumeId(), NodeId: nodeID, VolumeCapability: rwCap, Readonly: true})
+			return err
+		}},
+		{rpc: "ControllerPublishVolume", condition: "published but incompatible volume_capability", want: codes.AlreadyExists, call: func(ctx context.Context) error {
+			_, err := ctl.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: vol.GetVolumeId(), NodeId: nodeID, VolumeCapability: mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER)})
 			return err
 		}},
 		{rpc: "ControllerPublishVolume", condition: "published to another node, single-node mode", want: codes.FailedPrecondition, call: func(ctx context.Context) error {

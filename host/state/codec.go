@@ -154,12 +154,7 @@ func encodeVolume(v *Volume) ([]byte, error) {
 	e.strMap(6, v.Parameters)
 	e.strMap(7, v.Context)
 	for _, c := range v.Capabilities {
-		m := e.begin(8)
-		e.bool(1, c.Block)
-		e.str(2, c.FsType)
-		e.strs(3, c.MountFlags)
-		e.int(4, int64(c.AccessMode))
-		e.end(m)
+		e.capability(8, &c)
 	}
 	e.str(9, v.SourceSnapshotID)
 	e.str(10, v.SourceVolumeID)
@@ -175,6 +170,9 @@ func encodeVolume(v *Volume) ([]byte, error) {
 		e.str(1, node)
 		e.bool(2, p.ReadOnly)
 		e.strMap(3, p.Context)
+		if p.Capability != nil {
+			e.capability(4, p.Capability)
+		}
 		e.end(m)
 	}
 	e.strMap(14, v.MutableParameters)
@@ -232,6 +230,15 @@ func decodeVolume(b []byte) (v Volume, err error) {
 	return v, err
 }
 
+func (e *encoder) capability(field int, c *Capability) {
+	m := e.begin(field)
+	e.bool(1, c.Block)
+	e.str(2, c.FsType)
+	e.strs(3, c.MountFlags)
+	e.int(4, int64(c.AccessMode))
+	e.end(m)
+}
+
 func decodeCapability(d *wire.Decoder, t wire.Type) (c Capability, err error) {
 	body, err := d.Message(t)
 	if err != nil {
@@ -287,6 +294,10 @@ func decodePublishedNode(d *wire.Decoder, t wire.Type) (node string, p Published
 			p.ReadOnly, err = d.Bool(t)
 		case 3:
 			err = d.StringMapEntry(t, &p.Context)
+		case 4:
+			var c Capability
+			c, err = decodeCapability(d, t)
+			p.Capability = &c
 		default:
 			err = d.Skip(field, t)
 		}

@@ -44,6 +44,9 @@ type Capability struct {
 type PublishedNode struct {
 	ReadOnly bool
 	Context  map[string]string // publish context returned to the CO
+	// Capability is the one it was published with, which a repeated
+	// publication must match; nil in records written before it was kept.
+	Capability *Capability
 }
 
 // Snapshot is a snapshot the controller created.

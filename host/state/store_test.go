@@ -55,7 +55,7 @@ func fullVolume(id, name string) Volume {
 		Topology:         []map[string]string{{"zone": "a"}, {}},
 		CreatedAt:        created,
 		Published: map[string]PublishedNode{
-			"node-1": {ReadOnly: true, Context: map[string]string{"dev": "/dev/sda"}},
+			"node-1": {ReadOnly: true, Context: map[string]string{"dev": "/dev/sda"}, Capability: &Capability{Block: true, AccessMode: 7}},
 			"node-2": {},
 		},
 		MutableParameters: map[string]string{"prealloc": "true"},
