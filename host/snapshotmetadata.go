@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -112,6 +113,31 @@ func (s *Server) GetMetadataAllocated(req *csi.GetMetadataAllocatedRequest, stre
 	}
 }
 
+// checkDeltaPair checks that a delta is asked between two snapshots of
+// one volume, the base cut before the target, as the spec defines the
+// target ("a second snapshot in the same volume, created after the base
+// snapshot"): a delta across volumes, backwards or of a snapshot with
+// itself means nothing a backup can apply, and is INVALID_ARGUMENT.
+func (s *Server) checkDeltaPair(baseID, targetID string) error {
+	base, err := s.store.GetSnapshot(baseID)
+	if err != nil {
+		return notFoundOr(err, "snapshot %q", baseID)
+	}
+	target, err := s.store.GetSnapshot(targetID)
+	if err != nil {
+		return notFoundOr(err, "snapshot %q", targetID)
+	}
+	switch {
+	case base.SourceVolumeID != target.SourceVolumeID:
+		return errf(codes.InvalidArgument, "snapshots %q and %q are of different volumes (%q, %q)", baseID, targetID, base.SourceVolumeID, target.SourceVolumeID)
+	case baseID == targetID:
+		return errf(codes.InvalidArgument, "base and target are the same snapshot %q", baseID)
+	case !base.CreatedAt.Before(target.CreatedAt):
+		return errf(codes.InvalidArgument, "base snapshot %q (%s) is not older than target %q (%s)", baseID, base.CreatedAt.Format(time.RFC3339Nano), targetID, target.CreatedAt.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
 // GetMetadataDelta streams the ranges that changed from the base snapshot
 // to the target snapshot, in fixed blocks.
 func (s *Server) GetMetadataDelta(req *csi.GetMetadataDeltaRequest, stream csi.SnapshotMetadata_GetMetadataDeltaServer) error {
@@ -121,6 +147,9 @@ func (s *Server) GetMetadataDelta(req *csi.GetMetadataDeltaRequest, stream csi.S
 	}
 	if req.GetMaxResults() < 0 {
 		return errf(codes.InvalidArgument, "max_results is negative")
+	}
+	if err := s.checkDeltaPair(req.GetBaseSnapshotId(), req.GetTargetSnapshotId()); err != nil {
+		return err
 	}
 	base, baseName, _, _, err := s.snapshotSource(ctx, req.GetBaseSnapshotId())
 	if err != nil {

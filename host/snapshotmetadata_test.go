@@ -184,6 +184,19 @@ func TestSnapshotMetadataLoopfile(t *testing.T) {
 	mdWrite(t, target, 2<<20, mdData("two", 2<<20, mdBlock))
 	mdWrite(t, target, 1<<20, mdData("one", 1<<20, 2*mdBlock))
 	second := snap("metadata-2")
+	// A snapshot of another volume, cut after both.
+	other, err := d.controller().CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name: "metadata-other", CapacityRange: &csi.CapacityRange{RequiredBytes: mdVolumeSize},
+		VolumeCapabilities: []*csi.VolumeCapability{block},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.controller().CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "metadata-other-1", SourceVolumeId: other.GetVolume().GetVolumeId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unrelated := r.GetSnapshot().GetSnapshotId()
 	if err := unstage(); err != nil {
 		t.Fatal(err)
 	}
@@ -241,11 +254,9 @@ func TestSnapshotMetadataLoopfile(t *testing.T) {
 			messages     int
 		}{
 			{name: "first to second", base: first, target: second, want: changed, messages: 1},
-			{name: "second to first", base: second, target: first, want: changed, messages: 1},
 			{name: "one per message", base: first, target: second, max: 1, want: changed, messages: 2},
 			{name: "from 4 KiB", base: first, target: second, start: mdBlock, want: []mdRange{{2 << 20, mdBlock}}},
 			{name: "unaligned start", base: first, target: second, start: 100, want: changed},
-			{name: "same snapshot", base: first, target: first, want: []mdRange{}, messages: 1},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
@@ -314,6 +325,18 @@ func TestSnapshotMetadataLoopfile(t *testing.T) {
 				_, err := mdDelta(ctx, c, &csi.GetMetadataDeltaRequest{BaseSnapshotId: first, TargetSnapshotId: missing})
 				return err
 			}, codes.NotFound},
+			{"delta backwards, from the newer snapshot", func() error {
+				_, err := mdDelta(ctx, c, &csi.GetMetadataDeltaRequest{BaseSnapshotId: second, TargetSnapshotId: first})
+				return err
+			}, codes.InvalidArgument},
+			{"delta of a snapshot with itself", func() error {
+				_, err := mdDelta(ctx, c, &csi.GetMetadataDeltaRequest{BaseSnapshotId: first, TargetSnapshotId: first})
+				return err
+			}, codes.InvalidArgument},
+			{"delta across volumes", func() error {
+				_, err := mdDelta(ctx, c, &csi.GetMetadataDeltaRequest{BaseSnapshotId: first, TargetSnapshotId: unrelated})
+				return err
+			}, codes.InvalidArgument},
 			{"delta past the end", func() error {
 				_, err := mdDelta(ctx, c, &csi.GetMetadataDeltaRequest{BaseSnapshotId: first, TargetSnapshotId: second, StartingOffset: 2 * mdVolumeSize})
 				return err
