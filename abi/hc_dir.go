@@ -3,9 +3,10 @@ package abi
 // Messages of the "dir" host calls: volumes as directories in pool folders
 // (the localdir backend). The family's roots are pool folders; every volume
 // or snapshot is a directory directly in one, whose name (the last path
-// element) is at most 255 bytes and has no NUL. Directories are opened
-// beneath their root without following symlinks or crossing mounts, so
-// nothing planted inside a pool leads a call outside it.
+// element) is at most 255 bytes, has no NUL and does not start with "."
+// (reserved for the pool's temporaries: INVALID_ARGUMENT). Directories are
+// opened beneath their root without following symlinks or crossing mounts,
+// so nothing planted inside a pool leads a call outside it.
 // The codec is generated into hc_dir_wire.go. Field numbers are the wire
 // contract: never renumber or reuse one.
 
@@ -48,8 +49,11 @@ type DirRequest struct {
 // in the same pool folder: contents (reflinked where the filesystem can,
 // holes kept), modes, owners, timestamps, extended attributes, hard links,
 // and symlinks as symlinks, never followed. ALREADY_EXISTS when Target
-// exists, NOT_FOUND when Source does not; on any error the partial Target
-// is removed. The copy has no quota until dir_set_quota gives it one.
+// exists, NOT_FOUND when Source does not. Target appears only when the
+// copy is complete and durable (it is built under a temporary name and
+// renamed): after an error, or a daemon killed during the copy, Target
+// does not exist, so "copy unless dir_exists" is a correct retry. The copy
+// has no quota until dir_set_quota gives it one.
 type DirCopyRequest struct {
 	Source string `wire:"1"`
 	Target string `wire:"2"`

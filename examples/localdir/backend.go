@@ -125,8 +125,8 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 }
 
 // fill creates path empty or as a copy of the request's source. dir_copy
-// removes a partial copy when it fails; a daemon killed in the middle of a
-// copy can leave one, which a repeated CreateVolume then keeps (see README).
+// names the copy only once it is complete, also when the daemon is killed
+// during it, so a path that exists is a whole volume.
 func (b *Backend) fill(req *abi.CreateVolumeRequest, path string) error {
 	var src string
 	switch {
@@ -186,7 +186,8 @@ func (b *Backend) ExpandVolume(req *abi.ExpandVolumeRequest) (*abi.ExpandVolumeR
 	return &abi.ExpandVolumeResponse{CapacityBytes: req.RequiredBytes}, nil
 }
 
-// CreateSnapshot copies the volume's directory.
+// CreateSnapshot copies the volume's directory. As for CreateVolume, an
+// existing directory is the whole copy of an earlier attempt.
 func (b *Backend) CreateSnapshot(req *abi.CreateSnapshotRequest) (*abi.CreateSnapshotResponse, error) {
 	if !b.reachable(req.Requisite) {
 		return nil, sdk.Errorf(abi.ResourceExhausted, "localdir snapshots live on node "+b.node+", which the requisite topology excludes")

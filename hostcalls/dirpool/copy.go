@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls/internal/scratch"
 )
 
 // Copy copies the directory src of the pool to a new directory dst of the
@@ -17,9 +18,23 @@ import (
 // where the filesystem can, holes kept otherwise), modes, timestamps,
 // extended attributes the target filesystem accepts, hard links, symlinks as
 // symlinks (never followed), FIFOs and device nodes, and ownership when run
-// as root. dst must not exist (AlreadyExists); on any error, cancellation
-// included, the partial dst is removed. A mount point inside src fails the
-// copy (FailedPrecondition) rather than copying another filesystem.
+// as root. dst must not exist (AlreadyExists). A mount point inside src
+// fails the copy (FailedPrecondition) rather than copying another
+// filesystem.
+//
+// dst never names a partial copy: the copy is built under a temporary name
+// in the pool's scratch folder and renamed to dst (renameat2 with
+// RENAME_NOREPLACE, so nothing is ever replaced) only once it is complete
+// and durable. On any error, cancellation included, the temporary is
+// removed; one left by a process that died is removed by the next Open or
+// Copy, whose own copy then starts from scratch.
+//
+// Durability costs one fsync of the pool root where the filesystem is ext4
+// or xfs: their journal commits metadata in the order it was made, so once
+// every copied file's data has been written back (started file by file as
+// the copy goes, and waited for a window of files behind), syncing the root
+// after the rename makes the whole tree durable with its name. Elsewhere a
+// syncfs(2) of the pool's filesystem precedes the rename.
 //
 // Project IDs are not copied: the copy is charged to the pool root's
 // project until SetQuota gives it one of its own.
@@ -45,12 +60,33 @@ func (p *Pool) Copy(ctx context.Context, src, dst string) error {
 	if err := unix.Fstat(sfd, &st); err != nil {
 		return wrap("copy", src, err)
 	}
-	if err := unix.Mkdirat(p.fd, dst, 0o700); err != nil {
+	// Fail before copying gigabytes; the rename at the end still decides.
+	var dstSt unix.Stat_t
+	switch err := unix.Fstatat(p.fd, dst, &dstSt, unix.AT_SYMLINK_NOFOLLOW); {
+	case err == nil:
+		return wrap("copy", src, fmt.Errorf("to %q: %w", dst, unix.EEXIST))
+	case !errors.Is(err, unix.ENOENT):
 		return wrap("copy", src, fmt.Errorf("to %q: %w", dst, err))
 	}
-	err = p.copyInto(ctx, sfd, dst, &st)
+	// A copy a dead process left behind goes first: its space is this
+	// copy's to use. Failing that is no reason to fail this copy.
+	_, _ = p.Sweep(ctx)
+	tmp, err := scratch.Create(p.fd, func(dir int, name string) (int, error) {
+		if err := unix.Mkdirat(dir, name, 0o700); err != nil {
+			return -1, err
+		}
+		return openBeneath(dir, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	})
 	if err != nil {
-		if rerr := removeTree(context.Background(), p.fd, dst); rerr != nil {
+		return wrap("copy", src, err)
+	}
+	defer tmp.Close() // after the removal below: the lock keeps sweeps away
+	err = p.copyInto(ctx, sfd, tmp, &st)
+	if err == nil {
+		err = p.rename(tmp, dst)
+	}
+	if err != nil {
+		if rerr := removeTree(context.Background(), tmp.Dir, tmp.Name); rerr != nil {
 			err = fmt.Errorf("%w (and removing the partial copy: %v)", err, rerr)
 		}
 		return wrap("copy", src, fmt.Errorf("to %q: %w", dst, err))
@@ -58,28 +94,59 @@ func (p *Pool) Copy(ctx context.Context, src, dst string) error {
 	return nil
 }
 
-func (p *Pool) copyInto(ctx context.Context, sfd int, dst string, st *unix.Stat_t) error {
-	dfd, err := p.openVolume(dst)
-	if err != nil {
+// copyInto fills the temporary directory tmp with a copy of the directory
+// open at sfd and makes it durable.
+func (p *Pool) copyInto(ctx context.Context, sfd int, tmp *scratch.Temp, st *unix.Stat_t) error {
+	c := copier{ctx: ctx, dev: st.Dev, dstRoot: tmp.FD, asRoot: os.Geteuid() == 0, ordered: p.ordered}
+	defer c.abandon()
+	if err := c.dir(sfd, tmp.FD, ""); err != nil {
 		return err
 	}
-	defer unix.Close(dfd)
-	c := copier{ctx: ctx, dev: st.Dev, dstRoot: dfd, asRoot: os.Geteuid() == 0}
-	if err := c.dir(sfd, dfd, ""); err != nil {
+	if err := c.attrs(sfd, tmp.FD, st); err != nil {
 		return err
 	}
-	if err := c.attrs(sfd, dfd, st); err != nil {
-		return err
-	}
-	if err := unix.UtimesNanoAt(p.fd, dst, times(st), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.UtimesNanoAt(tmp.Dir, tmp.Name, times(st), unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("utimens: %w", err)
 	}
-	// One syncfs instead of an fsync per file: the copy is durable, or it
-	// failed and is gone, before the caller records it.
-	if err := unix.Syncfs(dfd); err != nil {
+	if p.ordered {
+		return c.drain()
+	}
+	if err := unix.Syncfs(tmp.FD); err != nil {
 		return fmt.Errorf("syncfs: %w", err)
 	}
-	return unix.Fsync(p.fd)
+	return nil
+}
+
+// rename gives the complete copy tmp its name dst, never replacing an
+// entry dst (EEXIST), and makes the name durable.
+func (p *Pool) rename(tmp *scratch.Temp, dst string) error {
+	err := unix.Renameat2(tmp.Dir, tmp.Name, p.fd, dst, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		// No RENAME_NOREPLACE here. A plain rename could replace an empty
+		// directory dst, so look first; callers serialize calls on one name.
+		var st unix.Stat_t
+		if err = unix.Fstatat(p.fd, dst, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+			err = unix.EEXIST
+		} else if errors.Is(err, unix.ENOENT) {
+			err = unix.Renameat(tmp.Dir, tmp.Name, p.fd, dst)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("rename into place: %w", err)
+	}
+	if !p.ordered {
+		// Without an ordered journal the two folders reach the disk on
+		// their own. The one the copy left goes first: a crash between
+		// the syncs then loses the copy, which the retry makes again,
+		// instead of leaving it under two names, one of them swept.
+		if err := unix.Fsync(tmp.Dir); err != nil {
+			return fmt.Errorf("fsync %s: %w", scratch.Dir, err)
+		}
+	}
+	if err := unix.Fsync(p.fd); err != nil {
+		return fmt.Errorf("fsync pool: %w", err)
+	}
+	return nil
 }
 
 type copier struct {
@@ -88,6 +155,70 @@ type copier struct {
 	dstRoot int
 	asRoot  bool
 	links   map[[2]uint64]string // source (dev, ino) -> first copy, relative to dstRoot
+
+	// ordered: make files durable by write-back (see Copy); pending are
+	// the open files whose write-back started and was not yet waited for.
+	ordered bool
+	pending []int
+}
+
+// inFlight bounds the files whose write-back a copy has started and not
+// yet waited for: enough to keep the disk busy, few enough descriptors.
+const inFlight = 64
+
+// written takes over the copied file open at fd, dirty when the copy wrote
+// its data through the page cache. Where syncfs ends the copy, or nothing
+// needs writing, the file is closed. Otherwise its write-back starts now,
+// and the oldest file in flight is waited for once inFlight are.
+func (c *copier) written(fd int, dirty bool) error {
+	if !c.ordered || !dirty {
+		return unix.Close(fd)
+	}
+	if err := unix.SyncFileRange(fd, 0, 0, unix.SYNC_FILE_RANGE_WRITE); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("sync_file_range: %w", err)
+	}
+	c.pending = append(c.pending, fd)
+	if len(c.pending) < inFlight {
+		return nil
+	}
+	fd = c.pending[0]
+	c.pending = c.pending[1:]
+	return writeBack(fd)
+}
+
+// drain waits for the write-back of every file still in flight.
+func (c *copier) drain() error {
+	var first error
+	for _, fd := range c.pending {
+		if err := writeBack(fd); err != nil && first == nil {
+			first = err
+		}
+	}
+	c.pending = nil
+	return first
+}
+
+// abandon closes the files still in flight after a failed copy.
+func (c *copier) abandon() {
+	for _, fd := range c.pending {
+		unix.Close(fd)
+	}
+	c.pending = nil
+}
+
+// writeBack writes the dirty pages of the file open at fd, waits until
+// they are on the device, and closes it. That is fsync without the
+// journal commit, which the pool root's fsync makes once for the copy.
+func writeBack(fd int) error {
+	err := unix.SyncFileRange(fd, 0, 0, unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write back: %w", err)
+	}
+	return nil
 }
 
 // dir copies the entries of the directory sfd into dfd; rel is dfd's path
@@ -168,11 +299,12 @@ func (c *copier) file(sfd, dfd int, name, rel string, st *unix.Stat_t) error {
 	if err != nil {
 		return fmt.Errorf("create: %w", err)
 	}
-	defer unix.Close(out)
-	if err := copyData(c.ctx, in, out, st.Size); err != nil {
-		return err
+	dirty, err := copyData(c.ctx, in, out, st.Size)
+	if err == nil {
+		err = c.attrs(in, out, st)
 	}
-	if err := c.attrs(in, out, st); err != nil {
+	if err != nil {
+		unix.Close(out)
 		return err
 	}
 	if st.Nlink > 1 {
@@ -181,7 +313,7 @@ func (c *copier) file(sfd, dfd int, name, rel string, st *unix.Stat_t) error {
 		}
 		c.links[key] = join(rel, name)
 	}
-	return nil
+	return c.written(out, dirty)
 }
 
 func (c *copier) symlink(sfd, dfd int, name string, st *unix.Stat_t) error {
@@ -286,13 +418,13 @@ func copyXattrs(in, out int) error {
 
 // copyData copies size bytes from in to out: a reflink (FICLONE) where the
 // filesystem shares extents, else the data extents one by one with
-// copy_file_range, leaving holes as holes.
-func copyData(ctx context.Context, in, out int, size int64) error {
+// copy_file_range, leaving holes as holes. dirty says it wrote data.
+func copyData(ctx context.Context, in, out int, size int64) (dirty bool, err error) {
 	if size == 0 {
-		return nil
+		return false, nil
 	}
 	if err := unix.IoctlFileClone(out, in); err == nil {
-		return nil
+		return false, nil
 	}
 	for off := int64(0); off < size; {
 		data, err := unix.Seek(in, off, unix.SEEK_DATA)
@@ -309,14 +441,14 @@ func copyData(ctx context.Context, in, out int, size int64) error {
 			break
 		}
 		if err := copyRange(ctx, in, out, data, hole-data); err != nil {
-			return err
+			return true, err
 		}
 		off = hole
 	}
 	if err := unix.Ftruncate(out, size); err != nil {
-		return fmt.Errorf("truncate: %w", err)
+		return true, fmt.Errorf("truncate: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 func copyRange(ctx context.Context, in, out int, off, n int64) error {

@@ -3,6 +3,14 @@
 // usage and per-directory project quotas on xfs and ext4. It is the storage
 // primitive of the localdir backend.
 //
+// A directory appears under its name only when it is complete: Copy builds
+// the copy in the pool's scratch folder (".wasmcsi-tmp", see
+// hostcalls/internal/scratch), makes it durable and renames it into place.
+// A daemon killed during a copy leaves no partial copy under the target's
+// name, so a repeated call starts afresh; Open and Copy remove the
+// temporaries of copies whose process died. Names starting with "." are
+// refused, so no caller reaches the scratch folder.
+//
 // Every path it touches is opened relative to a file descriptor of the root
 // with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_XDEV), so no
 // name, symlink planted inside the pool, or mount inside a volume can lead an
@@ -21,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls/internal/scratch"
 )
 
 // Pool is a directory whose direct children are volumes (or snapshots). It
@@ -33,6 +42,10 @@ type Pool struct {
 	quota    quotaKind
 	noQuota  string // why quotas are unsupported, for the error message
 	rootProj uint32 // project ID of the root itself; never handed out
+
+	// ordered is set when the root's filesystem journals metadata and
+	// commits it in the order it was made (ext4, xfs): see Copy.
+	ordered bool
 
 	mu sync.Mutex // serializes project ID allocation
 }
@@ -57,7 +70,8 @@ const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS |
 	unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_MAGICLINKS
 
 // Open opens the pool rooted at root, an absolute path to an existing
-// directory, and probes whether it supports project quotas.
+// directory, probes whether it supports project quotas, and removes the
+// temporaries of copies whose process died (see Sweep).
 func Open(root string) (*Pool, error) {
 	if root == "" || !filepath.IsAbs(root) || strings.IndexByte(root, 0) >= 0 {
 		return nil, abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dirpool: root %q is not an absolute path", root))
@@ -68,8 +82,28 @@ func Open(root string) (*Pool, error) {
 		return nil, wrap("open pool", root, err)
 	}
 	p := &Pool{root: root, fd: fd}
+	var sfs unix.Statfs_t
+	if unix.Fstatfs(fd, &sfs) == nil {
+		p.ordered = sfs.Type == unix.EXT4_SUPER_MAGIC || sfs.Type == unix.XFS_SUPER_MAGIC
+	}
 	p.probeQuota()
+	// Best effort: a temporary that cannot go now is tried again by the
+	// next Open or Copy, and takes nothing but space meanwhile.
+	_, _ = p.Sweep(context.Background())
 	return p, nil
+}
+
+// Sweep removes the temporaries of copies whose process died (a daemon
+// killed during a copy) and returns how many it removed. A copy in
+// progress, in this process or another, is left alone.
+func (p *Pool) Sweep(ctx context.Context) (int, error) {
+	n, err := scratch.Sweep(ctx, p.fd, func(dir int, name string) error {
+		return removeTree(ctx, dir, name)
+	})
+	if err != nil {
+		return n, wrap("sweep", scratch.Dir, err)
+	}
+	return n, nil
 }
 
 // Close releases the pool's descriptor.
@@ -94,12 +128,13 @@ func (p *Pool) Path(name string) (string, error) {
 }
 
 // ValidName returns an InvalidArgument error unless name is one path
-// component that stays inside the pool: not empty, not "." or "..", no "/"
-// or NUL, at most 255 bytes.
+// component that stays inside the pool: not empty, not starting with "."
+// (which rules out "." and ".." and keeps the pool's scratch folder out of
+// reach), no "/" or NUL, at most 255 bytes.
 func ValidName(name string) error {
 	switch {
-	case name == "", name == ".", name == "..":
-		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dirpool: invalid name %q", name))
+	case name == "", name[0] == '.':
+		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dirpool: invalid name %q (empty, or starts with a dot)", name))
 	case strings.ContainsAny(name, "/\x00"):
 		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dirpool: name %q must be a single path component", name))
 	case len(name) > 255:

@@ -48,7 +48,9 @@ func TestValidName(t *testing.T) {
 	}{
 		{"pvc-0a1b", true},
 		{"snap.1", true},
-		{"..data", true},
+		{"..data", false}, // a leading dot is the pool's own (its scratch folder)
+		{".wasmcsi-tmp", false},
+		{".hidden", false},
 		{strings.Repeat("x", 255), true},
 		{"", false},
 		{".", false},
