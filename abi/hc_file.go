@@ -56,7 +56,9 @@ type FileRequest struct {
 // a reflink sharing Source's blocks where the filesystem supports it (xfs
 // with reflink, btrfs), else a copy of Source's data that keeps its holes.
 // ALREADY_EXISTS when Target exists; NOT_FOUND when Source does not.
-// Source must not be written meanwhile (detach or freeze it).
+// Target appears only when the clone is complete and durable, also when
+// the daemon is killed during the copy. Source must not be written
+// meanwhile (detach or freeze it).
 type FileCloneRequest struct {
 	Source string `wire:"1"`
 	Target string `wire:"2"`

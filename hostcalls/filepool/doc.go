@@ -17,9 +17,12 @@
 // A file appears under its name only when it is complete: Create and Clone
 // build it as an anonymous O_TMPFILE in the root, fsync it, link it to its
 // name (which fails if the name exists, so no file is ever replaced) and
-// fsync the root. On filesystems without O_TMPFILE (NFS, some FUSE), they
-// fall back to a hidden temporary name, linked the same way and then
-// unlinked; a crash can leave such a ".wasmcsi-tmp-*" file behind. A file
+// fsync the root. A process killed half way leaves nothing: the unnamed
+// file dies with it, and a repeated call starts afresh. On filesystems
+// without O_TMPFILE (NFS, some FUSE), they fall back to a named temporary
+// in the pool's scratch folder (".wasmcsi-tmp", see
+// hostcalls/internal/scratch), locked while it is built, linked the same
+// way and then unlinked; Open removes those a dead process left. A file
 // Create only sized or allocated is not synced on its own on ext4 and xfs,
 // whose journal makes the size durable before the link that follows it, so
 // the root's fsync covers both.

@@ -2,8 +2,6 @@ package filepool
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -16,16 +14,14 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
+	"github.com/wasmcsi/wasmcsi/hostcalls/internal/scratch"
 )
 
 const (
 	// fileMode is the mode of every volume file: only the daemon reads
 	// and writes volumes.
 	fileMode = 0o600
-	// tmpPrefix starts the names of temporaries on filesystems without
-	// O_TMPFILE. Volume names cannot start with ".".
-	tmpPrefix = ".wasmcsi-tmp-"
-	maxName   = 255
+	maxName  = 255
 )
 
 // Pool is an open pool root. Its methods may be called concurrently; two
@@ -55,7 +51,31 @@ func Open(root string) (*Pool, error) {
 	if unix.Fstatfs(int(dir.Fd()), &st) == nil {
 		p.ordered = st.Type == unix.EXT4_SUPER_MAGIC || st.Type == unix.XFS_SUPER_MAGIC
 	}
+	// Best effort: a temporary that cannot go now is tried again by the
+	// next Open, and takes nothing but space meanwhile.
+	_, _ = p.Sweep(context.Background())
 	return p, nil
+}
+
+// Sweep removes the named temporaries (see tempFile) of builds whose
+// process died and returns how many it removed. A build in progress, in
+// this process or another, is left alone. Pools on filesystems with
+// O_TMPFILE never have any: an unnamed file dies with its process.
+func (p *Pool) Sweep(ctx context.Context) (int, error) {
+	n, err := scratch.Sweep(ctx, p.dirFD(), func(dir int, name string) error {
+		err := unix.Unlinkat(dir, name, 0)
+		if errors.Is(err, unix.EISDIR) {
+			err = unix.Unlinkat(dir, name, unix.AT_REMOVEDIR)
+		}
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return n, fmt.Errorf("sweep %s: %w", p.root, err)
+	}
+	return n, nil
 }
 
 // Close releases the root descriptor.
@@ -303,28 +323,23 @@ func (p *Pool) openBeneath(path string, flags int, mode uint32) (*os.File, error
 // saves one journal commit per volume created. Files with data, and other
 // filesystems, are synced before they are linked.
 func (p *Pool) build(ctx context.Context, name string, metadataOnly bool, fill func(tmp *os.File) error) error {
-	tmp, tmpName, err := p.tempFile()
+	tmp, err := p.tempFile()
 	if err != nil {
 		return fmt.Errorf("temporary file: %w", err)
 	}
-	defer func() {
-		tmp.Close()
-		if tmpName != "" {
-			unix.Unlinkat(p.dirFD(), tmpName, 0)
-		}
-	}()
-	if err := fill(tmp); err != nil {
+	defer tmp.close()
+	if err := fill(tmp.f); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if !metadataOnly || !p.ordered {
-		if err := tmp.Sync(); err != nil {
+		if err := tmp.f.Sync(); err != nil {
 			return fmt.Errorf("sync: %w", err)
 		}
 	}
-	if err := p.link(tmp, tmpName, name); err != nil {
+	if err := p.link(tmp, name); err != nil {
 		return err
 	}
 	if err := p.dir.Sync(); err != nil {
@@ -333,43 +348,63 @@ func (p *Pool) build(ctx context.Context, name string, metadataOnly bool, fill f
 	return nil
 }
 
+// temp is a file being built: unnamed (O_TMPFILE), or where the filesystem
+// has none a named temporary in the pool's scratch folder, locked while it
+// is built (see hostcalls/internal/scratch).
+type temp struct {
+	f     *os.File
+	named *scratch.Temp // nil for an unnamed file
+}
+
+// close removes the temporary's name (the file lives on under its final
+// name if link gave it one) and releases the file, and with it the lock.
+func (t *temp) close() {
+	if t.named != nil {
+		unix.Unlinkat(t.named.Dir, t.named.Name, 0)
+	}
+	t.f.Close()
+	if t.named != nil {
+		t.named.Close()
+	}
+}
+
 // tempFile returns an unnamed O_TMPFILE in the root, or where the
-// filesystem has none a file with a hidden random name (returned too).
-func (p *Pool) tempFile() (*os.File, string, error) {
+// filesystem has none a new named file in the pool's scratch folder.
+func (p *Pool) tempFile() (*temp, error) {
 	if !p.noTmpfile.Load() {
 		f, err := p.openBeneath(".", unix.O_RDWR|unix.O_TMPFILE, fileMode)
 		if err == nil {
-			return f, "", nil
+			return &temp{f: f}, nil
 		}
 		// EOPNOTSUPP: no O_TMPFILE in this filesystem; EISDIR (mapped to
 		// InvalidArgument): none in this kernel.
 		if !errors.Is(err, unix.EOPNOTSUPP) && abi.CodeOf(err) != abi.InvalidArgument {
-			return nil, "", err
+			return nil, err
 		}
 		p.noTmpfile.Store(true)
 	}
-	var rnd [12]byte
-	if _, err := rand.Read(rnd[:]); err != nil {
-		return nil, "", err
-	}
-	name := tmpPrefix + hex.EncodeToString(rnd[:])
-	f, err := p.openBeneath(name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, fileMode)
+	named, err := scratch.Create(p.dirFD(), func(dir int, name string) (int, error) {
+		return unix.Openat(dir, name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, fileMode)
+	})
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	return f, name, nil
+	f := os.NewFile(uintptr(named.FD), p.root+"/"+scratch.Dir+"/"+named.Name)
+	named.FD = -1 // f owns it now
+	return &temp{f: f, named: named}, nil
 }
 
 // link gives tmp the name, failing with abi.AlreadyExists when it is taken.
-func (p *Pool) link(tmp *os.File, tmpName, name string) error {
+func (p *Pool) link(tmp *temp, name string) error {
 	var err error
-	if tmpName != "" {
-		err = unix.Linkat(p.dirFD(), tmpName, p.dirFD(), name, 0)
+	if tmp.named != nil {
+		err = unix.Linkat(tmp.named.Dir, tmp.named.Name, p.dirFD(), name, 0)
 	} else {
 		// AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc/self/fd does not.
-		err = unix.Linkat(int(tmp.Fd()), "", p.dirFD(), name, unix.AT_EMPTY_PATH)
+		fd := int(tmp.f.Fd())
+		err = unix.Linkat(fd, "", p.dirFD(), name, unix.AT_EMPTY_PATH)
 		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOENT) {
-			err = unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(int(tmp.Fd())),
+			err = unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd),
 				p.dirFD(), name, unix.AT_SYMLINK_FOLLOW)
 		}
 	}
