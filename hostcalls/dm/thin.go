@@ -295,7 +295,10 @@ func (p *Pool) DeleteThin(ctx context.Context, id uint32) error {
 // Snapshot creates thin device snapID as a snapshot of originID, sharing
 // all its blocks. An active origin is suspended for the moment of the
 // snapshot (flushing its writes) and resumed even when the snapshot fails.
-// The snapshot is left inactive; its size is the origin's.
+// The snapshot is left inactive; its size is the origin's. Nothing is
+// copied: the kernel records the snapshot in the pool's metadata and
+// commits that before the message returns, so a snapshot exists whole or
+// not at all, also after a crash, and a repeat finds it (AlreadyExists).
 func (p *Pool) Snapshot(ctx context.Context, originID, snapID uint32) (err error) {
 	if err := p.checkThin(originID, 1); err != nil {
 		return err
