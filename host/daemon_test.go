@@ -77,6 +77,16 @@ func (o daemonOptions) modules() []daemonModule {
 // folder goes away when the test ends.
 func startDaemon(t testing.TB, o daemonOptions) *daemon {
 	t.Helper()
+	d := prepareDaemon(t, o)
+	d.start(t)
+	return d
+}
+
+// prepareDaemon lays out a daemon's folder, configuration and modules
+// without starting it: the caller runs d.start, or d.startProcess for a
+// daemon it can kill. It stops and its folder goes away when the test ends.
+func prepareDaemon(t testing.TB, o daemonOptions) *daemon {
+	t.Helper()
 	// Short paths: a unix socket path is limited to 108 bytes.
 	dir, err := os.MkdirTemp("", "wcsi-")
 	if err != nil {
@@ -140,7 +150,7 @@ func startDaemon(t testing.TB, o daemonOptions) *daemon {
 			t.Fatal(err)
 		}
 	}
-	d.start(t)
+	d.stop = func() {}
 	t.Cleanup(func() { d.stop() })
 	return d
 }
