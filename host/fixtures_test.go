@@ -1,10 +1,11 @@
 package host_test
 
-// The fault, escape and liar backends are hand-written .wat files built with
-// wat2wasm (Debian: wabt).
+// The fault, escape, liar and badnode backends are hand-written .wat files
+// built with wat2wasm (Debian: wabt).
 //go:generate wat2wasm testdata/escape.wat -o testdata/escape.wasm
 //go:generate wat2wasm testdata/fault.wat -o testdata/fault.wasm
 //go:generate wat2wasm testdata/liar.wat -o testdata/liar.wasm
+//go:generate wat2wasm testdata/badnode.wat -o testdata/badnode.wasm
 
 import (
 	"bytes"
@@ -22,9 +23,10 @@ import (
 // fixtureInfo is the BackendInfo each fixture's backend_info answers, as
 // written by hand into its data segment at offset 0.
 var fixtureInfo = map[string]abi.BackendInfo{
-	"fault":  {Name: "fault", Version: "1.0.0", Description: "misbehaves on demand", Mount: true},
-	"escape": {Name: "escape", Version: "1.0.0", Description: "stages outside its roots", Mount: true},
-	"liar":   {Name: "liar", Version: "1.0.0", Description: "answers IDs it should not", Mount: true},
+	"fault":   {Name: "fault", Version: "1.0.0", Description: "misbehaves on demand", Mount: true},
+	"escape":  {Name: "escape", Version: "1.0.0", Description: "stages outside its roots", Mount: true},
+	"liar":    {Name: "liar", Version: "1.0.0", Description: "answers IDs it should not", Mount: true},
+	"badnode": {Name: "badnode", Version: "1.0.0", Description: "node_info fails", Mount: true},
 }
 
 // TestFixturesMatchWat rebuilds every testdata/*.wat with wat2wasm and

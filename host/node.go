@@ -702,7 +702,11 @@ func (s *Server) NodeGetCapabilities(ctx context.Context, _ *csi.NodeGetCapabili
 
 // NodeGetInfo reports the node ID (with what backends tell the controller
 // about this node), the union of the backends' topology segments and the
-// smallest per-node volume limit any backend has.
+// smallest per-node volume limit any backend has. A backend whose
+// node_info fails is left out (logged): its context and its segments are
+// missing, so the CO places none of its topology-pinned volumes here while
+// it fails, and every other backend keeps serving; failing the call would
+// fail the node's registration for all of them.
 func (s *Server) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
 	nodeCtx := map[string]string{}
 	segments := map[string]string{}
@@ -717,7 +721,11 @@ func (s *Server) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*c
 		}
 		var resp abi.NodeInfoResponse
 		if err := b.call(ctx, abi.OpNodeInfo, &abi.Empty{}, &resp); err != nil {
-			return nil, fmt.Errorf("backend %s node_info: %w", b.name, err)
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("backend %s node_info: %w", b.name, err)
+			}
+			s.log.Error("node_info failed: NodeGetInfo leaves the backend's node context and topology out", "backend", b.name, "err", err)
+			continue
 		}
 		maps.Copy(nodeCtx, resp.Context)
 		if resp.Topology != nil {
