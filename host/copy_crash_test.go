@@ -15,8 +15,6 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
-
-	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
 // A daemon killed while CreateSnapshot or a restoring CreateVolume copies
@@ -86,18 +84,18 @@ func sameTree(t *testing.T, src, dst string) {
 	}
 }
 
-// killDuringCopy runs call against the daemon process d and kills the
-// daemon once at least 100 files of a copy have appeared in its pool
-// outside the folders in skip (the copy's sources). The copy must still
-// have been under way at the kill: fewer than want files copied.
-func killDuringCopy(t *testing.T, d *daemon, want int, call func(ctx context.Context) error, skip ...string) {
+// killDuringCopy runs call against the daemon process p and kills the
+// daemon once at least 100 files of a copy have appeared in pool outside
+// the folders in skip (the copy's sources). The copy must still have been
+// under way at the kill: fewer than want files copied.
+func killDuringCopy(t *testing.T, p *procDaemon, pool string, want int, call func(ctx context.Context) error, skip ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- call(ctx) }()
 	deadline := time.Now().Add(time.Minute)
-	for len(regularFiles(d.pool, skip...)) < 100 {
+	for len(regularFiles(pool, skip...)) < 100 {
 		select {
 		case err := <-done:
 			t.Fatalf("the call ended (%v) before its copy was seen under way", err)
@@ -108,13 +106,27 @@ func killDuringCopy(t *testing.T, d *daemon, want int, call func(ctx context.Con
 		}
 		time.Sleep(time.Millisecond)
 	}
-	d.kill()
+	p.kill(t)
 	if err := <-done; err == nil {
 		t.Fatal("the call succeeded although its daemon was killed")
 	}
-	if n := len(regularFiles(d.pool, skip...)); n >= want {
+	if n := len(regularFiles(pool, skip...)); n >= want {
 		t.Fatalf("the copy was complete (%d files) when the daemon died: make the volume larger", n)
 	}
+}
+
+// deleteAtEnd deletes the volume or snapshot id through p when the test
+// ends, if the daemon still runs.
+func deleteAtEnd(t *testing.T, p *procDaemon, id string, snapshot bool) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if snapshot {
+			p.controller().DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: id})
+		} else {
+			p.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+		}
+	})
 }
 
 // TestLocaldirCopyKilled kills the daemon while CreateSnapshot copies a
@@ -123,51 +135,53 @@ func killDuringCopy(t *testing.T, d *daemon, want int, call func(ctx context.Con
 // that no temporary stays behind.
 func TestLocaldirCopyKilled(t *testing.T) {
 	const files = 3000
-	d := prepareDaemon(t, localdirOptions(t))
-	d.startProcess(t)
-	vol := createVolume(t, d, &csi.CreateVolumeRequest{Name: "copied"})
-	src := vol.GetVolumeContext()["path"]
+	p := newProcDaemon(t)
+	pool := filepath.Join(p.dir, "pools", "localdir")
+	vol, err := p.controller().CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Name: "copied", VolumeCapabilities: rwCaps()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleteAtEnd(t, p, vol.GetVolume().GetVolumeId(), false)
+	src := vol.GetVolume().GetVolumeContext()["path"]
 	fillTree(t, src, files)
 
-	snapReq := &csi.CreateSnapshotRequest{Name: "copied-snap", SourceVolumeId: vol.GetVolumeId()}
-	killDuringCopy(t, d, files, func(ctx context.Context) error {
-		_, err := d.controller().CreateSnapshot(ctx, snapReq)
+	snapReq := &csi.CreateSnapshotRequest{Name: "copied-snap", SourceVolumeId: vol.GetVolume().GetVolumeId()}
+	killDuringCopy(t, p, pool, files, func(ctx context.Context) error {
+		_, err := p.controller().CreateSnapshot(ctx, snapReq)
 		return err
 	}, src)
-	d.start(t)
-	snap, err := d.controller().CreateSnapshot(callCtx(t), snapReq)
+	p.start(t)
+	snap, err := p.controller().CreateSnapshot(callCtx(t), snapReq)
 	if err != nil {
 		t.Fatalf("CreateSnapshot retried after the kill: %v", err)
 	}
 	snapID := snap.GetSnapshot().GetSnapshotId()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		d.controller().DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snapID})
-	})
+	deleteAtEnd(t, p, snapID, true)
 	_, local, _ := strings.Cut(snapID, ":")
-	snapDir := filepath.Join(d.pool, local)
+	snapDir := filepath.Join(pool, local)
 	sameTree(t, src, snapDir)
-	if _, err := os.Stat(filepath.Join(d.pool, scratchDir)); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(pool, scratchDir)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("after the retried snapshot the pool's scratch folder is still there (%v)", err)
 	}
 
-	d.stop()
-	d.startProcess(t)
 	restoreReq := &csi.CreateVolumeRequest{
 		Name: "restored", VolumeCapabilities: rwCaps(),
 		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{
 			Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snapID},
 		}},
 	}
-	killDuringCopy(t, d, files, func(ctx context.Context) error {
-		_, err := d.controller().CreateVolume(ctx, restoreReq)
+	killDuringCopy(t, p, pool, files, func(ctx context.Context) error {
+		_, err := p.controller().CreateVolume(ctx, restoreReq)
 		return err
 	}, src, snapDir)
-	d.start(t)
-	restored := createVolume(t, d, restoreReq)
-	sameTree(t, src, restored.GetVolumeContext()["path"])
-	if _, err := os.Stat(filepath.Join(d.pool, scratchDir)); !errors.Is(err, fs.ErrNotExist) {
+	p.start(t)
+	restored, err := p.controller().CreateVolume(callCtx(t), restoreReq)
+	if err != nil {
+		t.Fatalf("CreateVolume from the snapshot retried after the kill: %v", err)
+	}
+	deleteAtEnd(t, p, restored.GetVolume().GetVolumeId(), false)
+	sameTree(t, src, restored.GetVolume().GetVolumeContext()["path"])
+	if _, err := os.Stat(filepath.Join(pool, scratchDir)); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("after the retried restore the pool's scratch folder is still there (%v)", err)
 	}
 }
@@ -177,26 +191,27 @@ func TestLocaldirCopyKilled(t *testing.T) {
 // holes) and checks that the retry after the restart answers a whole copy
 // and that the killed copy left nothing in the pool.
 func TestLoopfileCloneKilled(t *testing.T) {
-	requireRoot(t)
-	if _, err := os.Stat("../examples/loopfile"); err != nil {
-		t.Skip("example modules not present: ", err)
-	}
-	d := prepareDaemon(t, daemonOptions{
-		backend: "loopfile", wasm: moduletest.Build(t, "../examples/loopfile", moduletest.Go),
-		hostcalls: []string{"file", "loop"},
-	})
-	if err := unix.Mount("tmpfs", d.pool, "tmpfs", 0, "size=1g"); err != nil {
+	p := newProcDaemon(t)
+	pool := filepath.Join(p.dir, "pools", "loopfile")
+	// Unmounted by newProcDaemon's cleanup, after the daemon stopped.
+	if err := unix.Mount("tmpfs", pool, "tmpfs", 0, "size=1g"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unmountAll(t, d.pool) })
-	d.startProcess(t)
 
-	const size, data = 512 << 20, 384 << 20
-	vol := createVolume(t, d, &csi.CreateVolumeRequest{
+	const size, data = 512 << 20, 256 << 20
+	vol, err := p.controller().CreateVolume(callCtx(t), &csi.CreateVolumeRequest{
 		Name: "cloned", CapacityRange: &csi.CapacityRange{RequiredBytes: size},
 		VolumeCapabilities: []*csi.VolumeCapability{loopCapability(true)},
+		Parameters:         map[string]string{backendParam: "loopfile"},
 	})
-	file := vol.GetVolumeContext()["path"]
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleteAtEnd(t, p, vol.GetVolume().GetVolumeId(), false)
+	file := vol.GetVolume().GetVolumeContext()["path"]
+	if filepath.Dir(file) != pool {
+		t.Fatalf("volume file %s is not in the pool %s", file, pool)
+	}
 	f, err := os.OpenFile(file, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -211,19 +226,19 @@ func TestLoopfileCloneKilled(t *testing.T) {
 	}
 	used := func() int64 {
 		var st unix.Statfs_t
-		if err := unix.Statfs(d.pool, &st); err != nil {
+		if err := unix.Statfs(pool, &st); err != nil {
 			t.Fatal(err)
 		}
 		return int64(st.Blocks-st.Bfree) * st.Bsize
 	}
 	before := used()
 
-	snapReq := &csi.CreateSnapshotRequest{Name: "cloned-snap", SourceVolumeId: vol.GetVolumeId()}
+	snapReq := &csi.CreateSnapshotRequest{Name: "cloned-snap", SourceVolumeId: vol.GetVolume().GetVolumeId()}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := d.controller().CreateSnapshot(ctx, snapReq)
+		_, err := p.controller().CreateSnapshot(ctx, snapReq)
 		done <- err
 	}()
 	for deadline := time.Now().Add(time.Minute); used() < before+32<<20; {
@@ -237,36 +252,32 @@ func TestLoopfileCloneKilled(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	d.kill()
+	p.kill(t)
 	if err := <-done; err == nil {
 		t.Fatal("CreateSnapshot succeeded although its daemon was killed")
 	}
 	if got := used(); got > before+1<<20 {
 		t.Fatalf("the killed copy still takes %d bytes of the pool", got-before)
 	}
-	if left := regularFiles(d.pool); !slices.Equal(left, []string{filepath.Base(file)}) {
+	if left := regularFiles(pool); !slices.Equal(left, []string{filepath.Base(file)}) {
 		t.Fatalf("pool after the kill holds %v, want only the volume's file", left)
 	}
 
-	d.start(t)
-	snap, err := d.controller().CreateSnapshot(callCtx(t), snapReq)
+	p.start(t)
+	snap, err := p.controller().CreateSnapshot(callCtx(t), snapReq)
 	if err != nil {
 		t.Fatalf("CreateSnapshot retried after the kill: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		d.controller().DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshot().GetSnapshotId()})
-	})
-	left := regularFiles(d.pool)
+	deleteAtEnd(t, p, snap.GetSnapshot().GetSnapshotId(), true)
+	left := regularFiles(pool)
 	if len(left) != 2 {
 		t.Fatalf("pool after the retry holds %v, want the volume's file and its snapshot", left)
 	}
-	a, err := os.ReadFile(filepath.Join(d.pool, left[0]))
+	a, err := os.ReadFile(filepath.Join(pool, left[0]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(d.pool, left[1]))
+	b, err := os.ReadFile(filepath.Join(pool, left[1]))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,16 +77,6 @@ func (o daemonOptions) modules() []daemonModule {
 // folder goes away when the test ends.
 func startDaemon(t testing.TB, o daemonOptions) *daemon {
 	t.Helper()
-	d := prepareDaemon(t, o)
-	d.start(t)
-	return d
-}
-
-// prepareDaemon lays out a daemon's folder, configuration and modules
-// without starting it: the caller runs d.start, or d.startProcess for a
-// daemon it can kill. It stops and its folder goes away when the test ends.
-func prepareDaemon(t testing.TB, o daemonOptions) *daemon {
-	t.Helper()
 	// Short paths: a unix socket path is limited to 108 bytes.
 	dir, err := os.MkdirTemp("", "wcsi-")
 	if err != nil {
@@ -150,7 +140,7 @@ func prepareDaemon(t testing.TB, o daemonOptions) *daemon {
 			t.Fatal(err)
 		}
 	}
-	d.stop = func() {}
+	d.start(t)
 	t.Cleanup(func() { d.stop() })
 	return d
 }
