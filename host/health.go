@@ -87,6 +87,13 @@ func (s *Server) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
+	// The module sees the publish path: absolute and clean or refused.
+	if err := optionalNodePath("volume_publish_path", req.GetVolumePublishPath()); err != nil {
+		return nil, err
+	}
+	if err := optionalNodePath("staging_target_path", req.GetStagingTargetPath()); err != nil {
+		return nil, err
+	}
 	rec, err := s.store.GetStage(id)
 	if errors.Is(err, state.ErrNotFound) {
 		return nil, errf(codes.NotFound, "volume %q is not on this node", id)

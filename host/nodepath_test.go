@@ -64,6 +64,14 @@ func TestNodePathsAbsoluteAndClean(t *testing.T) {
 			_, err := d.node().NodeGetVolumeStats(callCtx(t), &csi.NodeGetVolumeStatsRequest{VolumeId: id, VolumePath: v.target, StagingTargetPath: p})
 			return err
 		},
+		"NodeGetVolumeHealth volume_publish_path": func(p string) error {
+			_, err := d.node().NodeGetVolumeHealth(callCtx(t), &csi.NodeGetVolumeHealthRequest{VolumeId: id, VolumePublishPath: p})
+			return err
+		},
+		"NodeGetVolumeHealth staging_target_path": func(p string) error {
+			_, err := d.node().NodeGetVolumeHealth(callCtx(t), &csi.NodeGetVolumeHealthRequest{VolumeId: id, VolumePublishPath: v.target, StagingTargetPath: p})
+			return err
+		},
 		"NodeExpandVolume volume_path": func(p string) error {
 			_, err := d.node().NodeExpandVolume(callCtx(t), &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: p})
 			return err
