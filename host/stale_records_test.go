@@ -77,6 +77,9 @@ func newProcDaemon(t *testing.T) *procDaemon {
 	if _, err := os.Stat("../cmd/wasmcsi"); err != nil {
 		t.Skip("daemon sources not present: ", err)
 	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("needs the go command to build the daemon: ", err)
+	}
 	localdir := localdirWasm(t)
 	loopfile := moduletest.Build(t, "../examples/loopfile", moduletest.Go)
 	dir, err := os.MkdirTemp("", "wcsi-")
