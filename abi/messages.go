@@ -93,6 +93,14 @@ type BackendInfo struct {
 	// INVALID_ARGUMENT before calling the module; a module without
 	// modify_volume has none.
 	MutableParameters []string `wire:"20"`
+	// Ephemeral is true when the backend's storage is local to the node
+	// that serves it, so that a node daemon can create, stage, publish and
+	// delete a volume by itself: the host then serves CSI ephemeral inline
+	// volumes of this backend (NodePublishVolume with the volume context
+	// "csi.storage.k8s.io/ephemeral": "true"), calling create_volume and
+	// delete_volume on the node. A backend whose volumes a controller must
+	// place or publish (a shared target, a remote array) leaves it false.
+	Ephemeral bool `wire:"21"`
 	// SingleNodeMultiWriter and ReadOnly publish are implied by AccessModes.
 }
 

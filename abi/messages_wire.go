@@ -207,6 +207,7 @@ func (m *BackendInfo) AppendWire(b []byte) []byte {
 	b = wire.AppendBool(b, 18, m.ExpandOffline)
 	b = wire.AppendInt64(b, 19, m.MaxVolumesPerNode)
 	b = wire.AppendStrings(b, 20, m.MutableParameters)
+	b = wire.AppendBool(b, 21, m.Ephemeral)
 	return b
 }
 
@@ -265,6 +266,8 @@ func (m *BackendInfo) decodeWire(d *wire.Decoder) error {
 			m.MaxVolumesPerNode, err = d.Int64(typ)
 		case 20:
 			err = d.RepeatedString(typ, &m.MutableParameters)
+		case 21:
+			m.Ephemeral, err = d.Bool(typ)
 		default:
 			err = d.Skip(field, typ)
 		}

@@ -81,6 +81,9 @@ func (b *Backend) Info() abi.BackendInfo {
 		TopologyKeys:     []string{TopologyKey},
 		Clone:            true,
 		Restore:          true,
+		// The pool is this node's: a node daemon can create inline
+		// ephemeral volumes by itself.
+		Ephemeral: true,
 	}
 	return info
 }

@@ -167,6 +167,9 @@ func (b *Backend) Info() abi.BackendInfo {
 		// prealloc is also a StorageClass parameter; as a mutable one
 		// (VolumeAttributesClass) it wins over the StorageClass's.
 		MutableParameters: []string{paramPrealloc},
+		// The pool is this node's: a node daemon can create inline
+		// ephemeral volumes by itself.
+		Ephemeral: true,
 	}
 }
 
