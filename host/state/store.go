@@ -25,6 +25,7 @@
 //	group_names      group name -> group ID
 //	stages           volume ID -> Stage
 //	publishes        uvarint(len(volume ID)) | volume ID | target path -> Publish
+//	ephemeral        the CO's volume ID -> Ephemeral (inline ephemeral volumes)
 //
 // The length prefix in composite keys keeps a volume ID from being a prefix
 // of another key by accident, so a prefix scan finds exactly one volume's
@@ -142,6 +143,7 @@ var (
 	bucketGroupNames     = []byte("group_names")
 	bucketStages         = []byte("stages")
 	bucketPublishes      = []byte("publishes")
+	bucketEphemeral      = []byte("ephemeral")
 
 	keySchema = []byte("schema")
 
@@ -150,7 +152,7 @@ var (
 	allBuckets = [][]byte{
 		bucketMeta, bucketVolumes, bucketVolumeNames, bucketSnapshots,
 		bucketSnapshotNames, bucketSnapshotSource, bucketGroups,
-		bucketGroupNames, bucketStages, bucketPublishes,
+		bucketGroupNames, bucketStages, bucketPublishes, bucketEphemeral,
 	}
 )
 
@@ -494,6 +496,7 @@ const (
 	listGroups
 	listStages
 	listPublishes
+	listEphemerals
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
