@@ -722,10 +722,12 @@ func TestCSIDriver(t *testing.T) {
 	objs := readObjects(t, "kubernetes")
 	mustFind(t, objs, "CSIDriver", driverName(t, objs)).decode(t, &d)
 	is := func(p *bool, want bool) bool { return p != nil && *p == want }
-	if !is(d.Spec.AttachRequired, false) || !is(d.Spec.PodInfoOnMount, false) || !is(d.Spec.StorageCapacity, true) || !is(d.Spec.RequiresRepublish, false) {
+	// Inline ephemeral volumes need podInfoOnMount: kubelet marks them
+	// (csi.storage.k8s.io/ephemeral) only among the pod's information.
+	if !is(d.Spec.AttachRequired, false) || !is(d.Spec.PodInfoOnMount, true) || !is(d.Spec.StorageCapacity, true) || !is(d.Spec.RequiresRepublish, false) {
 		t.Errorf("CSIDriver flags: %+v", d.Spec)
 	}
-	if !slices.Equal(d.Spec.VolumeLifecycleModes, []string{"Persistent"}) || d.Spec.FSGroupPolicy != "File" {
+	if !slices.Equal(d.Spec.VolumeLifecycleModes, []string{"Persistent", "Ephemeral"}) || d.Spec.FSGroupPolicy != "File" {
 		t.Errorf("CSIDriver modes %v, fsGroupPolicy %q", d.Spec.VolumeLifecycleModes, d.Spec.FSGroupPolicy)
 	}
 	for _, c := range workloads(t, objs)["wasmcsi"].Containers {

@@ -94,14 +94,14 @@ func (s *Server) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 	if err := optionalNodePath("staging_target_path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
-	rec, err := s.store.GetStage(id)
+	rec, err := s.store.GetStage(s.ephemeralVolumeID(id))
 	if errors.Is(err, state.ErrNotFound) {
 		return nil, errf(codes.NotFound, "volume %q is not on this node", id)
 	} else if err != nil {
 		return nil, err
 	}
 	mreq := abi.VolumeHealthRequest{
-		Volume: nodeVolumeRef(id, rec.VolumeContext), OnNode: true, Device: rec.Device,
+		Volume: nodeVolumeRef(rec.VolumeID, rec.VolumeContext), OnNode: true, Device: rec.Device,
 		StagingPath: rec.StagingPath, PublishPath: req.GetVolumePublishPath(),
 	}
 	vh := s.volumeHealth(ctx, id, mreq, rec.Backend)

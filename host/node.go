@@ -381,6 +381,11 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, err
 	}
+	if isEphemeral(req) {
+		// Inline ephemeral volumes come without a staging path by design:
+		// they are exempt from the check below (ephemeral.go).
+		return s.publishEphemeral(ctx, req, c)
+	}
 	if err := checkPublishStagingPath(req); err != nil {
 		return nil, err
 	}
@@ -409,49 +414,60 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return nil, err
 	}
 	readOnly := req.GetReadonly() || readOnlyMode(c.AccessMode)
+	if err := s.publishAt(ctx, &rec, target, c, readOnly); err != nil {
+		return nil, err
+	}
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// publishAt publishes the staged volume rec at target: a repeat with the
+// same arguments converges on the recorded publication, a new one is
+// recorded before its bind and forgotten again when the bind fails.
+func (s *Server) publishAt(ctx context.Context, rec *state.Stage, target string, c abi.Capability, readOnly bool) error {
+	id := rec.VolumeID
 	pubs, err := s.store.PublishesOf(id)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, p := range pubs {
 		if p.TargetPath == target {
 			if p.ReadOnly != readOnly || p.Block != c.Block || !slices.Equal(p.MountFlags, c.MountFlags) {
-				return nil, errf(codes.AlreadyExists, "volume %q is published at %q with other arguments", id, target)
+				return errf(codes.AlreadyExists, "volume %q is published at %q with other arguments", id, target)
 			}
-			durable, err := s.publish(ctx, &rec, &p)
+			durable, err := s.publish(ctx, rec, &p)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if err := durable(); err != nil {
-				return nil, fmt.Errorf("record publication of %s at %s: %w", id, target, err)
+				return fmt.Errorf("record publication of %s at %s: %w", id, target, err)
 			}
-			return &csi.NodePublishVolumeResponse{}, nil
+			return nil
 		}
 	}
 	if c.AccessMode == abi.AccessSingleNodeSingleWriter && len(pubs) > 0 {
-		return nil, errf(codes.FailedPrecondition, "volume %q allows a single writer and is published at %q", id, pubs[0].TargetPath)
+		return errf(codes.FailedPrecondition, "volume %q allows a single writer and is published at %q", id, pubs[0].TargetPath)
 	}
-	p := state.Publish{VolumeID: id, TargetPath: target, StagingPath: staging, ReadOnly: readOnly, Block: c.Block, MountFlags: c.MountFlags, PublishedAt: time.Now().UTC()}
+	p := state.Publish{VolumeID: id, TargetPath: target, StagingPath: rec.StagingPath, ReadOnly: readOnly, Block: c.Block, MountFlags: c.MountFlags, PublishedAt: time.Now().UTC()}
 	durable, err := s.store.PutPublishAsync(p)
 	if err != nil {
-		return nil, fmt.Errorf("record publication of %s at %s: %w", id, target, err)
+		return fmt.Errorf("record publication of %s at %s: %w", id, target, err)
 	}
-	durableDevice, err := s.publish(ctx, &rec, &p)
+	durableDevice, err := s.publish(ctx, rec, &p)
 	if err != nil {
 		if p.Block && p.ReadOnly {
-			if rerr := s.releaseReadOnly(ctx, &rec, &p); rerr != nil {
+			if rerr := s.releaseReadOnly(ctx, rec, &p); rerr != nil {
 				s.log.Warn("release read-only device after failed publish", "volume", id, "target", target, "err", rerr)
 			}
 		}
 		if derr := s.store.DeletePublish(id, target); derr != nil {
 			s.log.Warn("remove publication record after failed publish", "volume", id, "target", target, "err", derr)
 		}
-		return nil, err
+		return err
 	}
 	if err := errors.Join(durable(), durableDevice()); err != nil {
-		return nil, fmt.Errorf("record publication of %s at %s: %w", id, target, err)
+		return fmt.Errorf("record publication of %s at %s: %w", id, target, err)
 	}
-	return &csi.NodePublishVolumeResponse{}, nil
+	return nil
 }
 
 // checkPublishStagingPath checks the staging path of a NodePublishVolume.
@@ -520,6 +536,19 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, err
 	}
 	defer unlock()
+	if e, err := s.store.GetEphemeral(id); err == nil {
+		if err := s.unpublishEphemeral(ctx, &e, target); err != nil {
+			return nil, err
+		}
+		return &csi.NodeUnpublishVolumeResponse{}, nil
+	} else if !errors.Is(err, state.ErrNotFound) {
+		return nil, err
+	} else if _, _, ok := splitID(id); !ok {
+		if err := s.unpublishGoneEphemeral(id, target); err != nil {
+			return nil, err
+		}
+		return &csi.NodeUnpublishVolumeResponse{}, nil
+	}
 	p, perr := s.store.GetPublish(id, target)
 	if perr != nil && !errors.Is(perr, state.ErrNotFound) {
 		return nil, perr
@@ -554,6 +583,7 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 // volumeOnPath finds the stage record of a volume and checks that path is
 // its staging path or one of its publication targets.
 func (s *Server) volumeOnPath(id, path string) (*state.Stage, bool, error) {
+	id = s.ephemeralVolumeID(id)
 	rec, err := s.store.GetStage(id)
 	if errors.Is(err, state.ErrNotFound) {
 		return nil, false, errf(codes.NotFound, "volume %q is not staged on this node", id)

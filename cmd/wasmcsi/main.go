@@ -104,6 +104,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			log.Error("close", "err", err)
 		}
 	}()
+	// Ephemeral inline volumes a crash left mid-way go before anything is
+	// served, and before reconciliation looks for what no record explains.
+	srv.Recover(ctx)
 	srv.Reconcile(ctx, cfg.Reconcile.Clean)
 
 	if reg != nil {
