@@ -899,13 +899,18 @@ func TestNomad(t *testing.T) {
 		}
 		return string(m[1])
 	}
-	pluginID := attr(job, "csi_plugin", "id")
+	pluginID := nomadPluginID(t, job)
 	mountDir := attr(job, "csi_plugin", "mount_dir")
-	if pluginID != "wasmcsi" || attr(job, "csi_plugin", "type") != "monolith" || mountDir != "/csi" {
-		t.Errorf("csi_plugin id=%s mount_dir=%s", pluginID, mountDir)
+	if attr(job, "csi_plugin", "type") != "monolith" || mountDir != "/csi" {
+		t.Errorf("csi_plugin type=%s mount_dir=%s", attr(job, "csi_plugin", "type"), mountDir)
 	}
 	if !regexp.MustCompile(`(?m)^\s*type\s*=\s*"system"`).Match(job) || !regexp.MustCompile(`(?m)^\s*privileged\s*=\s*true`).Match(job) {
 		t.Error("want a system job with a privileged plugin task")
+	}
+	// Nomad mounts the host's /dev into every CSI plugin task; a mount of the
+	// job's own at /dev duplicates it.
+	if regexp.MustCompile(`target\s*=\s*"/dev"`).Match(job) {
+		t.Error("the job mounts /dev itself")
 	}
 	if m := regexp.MustCompile(`(?m)^plugin_id\s*=\s*"([^"]*)"`).FindSubmatch(vol); m == nil || string(m[1]) != pluginID {
 		t.Errorf("volume.hcl names another plugin than the job's %q", pluginID)
@@ -950,5 +955,104 @@ func TestNomad(t *testing.T) {
 	}
 	if _, ok := cfg.Modules[string(backend[1])]; !ok {
 		t.Errorf("volume.hcl names backend %q, which the job does not grant", backend[1])
+	}
+}
+
+// nomadPluginID checks that a Nomad job names its plugin and itself after
+// var.node (one plugin id per client: Nomad sends controller calls to any
+// controller of a plugin id, and the backends are node-local) and returns
+// the id of the single-client default.
+func nomadPluginID(t *testing.T, job []byte) string {
+	t.Helper()
+	m := regexp.MustCompile(`plugin_id\s*=\s*var\.node\s*==\s*""\s*\?\s*"([^"]+)"\s*:\s*"([^"]+)"`).FindSubmatch(job)
+	if m == nil {
+		t.Fatal("no local plugin_id derived from var.node")
+	}
+	if string(m[2]) != string(m[1])+"-${var.node}" {
+		t.Errorf("per-client plugin id %q is not %q", m[2], string(m[1])+"-${var.node}")
+	}
+	for _, re := range []string{
+		`(?s)job\s+"[^"]+"\s*\{\s*id\s*=\s*local\.plugin_id\b`,
+		`(?s)csi_plugin\s*\{[^}]*\bid\s*=\s*local\.plugin_id\b`,
+		`(?s)constraint\s*\{\s*attribute\s*=\s*"\$\{node\.unique\.name\}"\s*operator\s*=\s*var\.node\s*==\s*""\s*\?\s*"is_set"\s*:\s*"="\s*value\s*=\s*var\.node\s*\}`,
+	} {
+		if !regexp.MustCompile(re).Match(job) {
+			t.Errorf("the job does not match %s", re)
+		}
+	}
+	return string(m[1])
+}
+
+// Nomad without Docker: the raw_exec job runs the same daemon with the same
+// grants, tells Nomad the host paths it stages and publishes under, and
+// names its plugin as the container job does.
+func TestNomadRawExec(t *testing.T) {
+	raw, err := os.ReadFile("nomad/wasmcsi-raw.nomad.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := os.ReadFile("nomad/wasmcsi.nomad.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := nomadPluginID(t, raw); id != nomadPluginID(t, job) {
+		t.Errorf("raw_exec plugin id %q, container plugin id %q", id, nomadPluginID(t, job))
+	}
+	for _, re := range []string{
+		`driver\s*=\s*"raw_exec"`,
+		`(?s)csi_plugin\s*\{[^}]*\btype\s*=\s*"monolith"`,
+		// raw_exec has no filesystem isolation: staging and target paths
+		// must be the host's, below the client's data_dir.
+		`(?s)csi_plugin\s*\{[^}]*\bstage_publish_base_dir\s*=\s*"\$\{var\.nomad_data_dir\}/client/csi/monolith/\$\{local\.plugin_id\}"`,
+		`args\s*=\s*\["serve", "--config", "\$\{NOMAD_TASK_DIR\}/config\.yaml"\]`,
+		`WASMCSI_NODE_ID\s*=\s*"\$\{node\.unique\.name\}"`,
+	} {
+		if !regexp.MustCompile(re).Match(raw) {
+			t.Errorf("the raw_exec job does not match %s", re)
+		}
+	}
+	if regexp.MustCompile(`CSI_ENDPOINT\s*=`).Match(raw) {
+		t.Error("the raw_exec job sets CSI_ENDPOINT: Nomad sets it to the socket's host path")
+	}
+
+	// The template, with the variables' defaults, is a configuration the
+	// daemon loads, granting what the container job grants.
+	defaults := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?s)variable\s+"([^"]+)"\s*\{[^}]*?default\s*=\s*"([^"]*)"`).FindAllSubmatch(raw, -1) {
+		defaults["${var."+string(m[1])+"}"] = string(m[2])
+	}
+	data := regexp.MustCompile(`(?s)data\s*=\s*<<-EOT\n(.*?)\n\s*EOT`).FindSubmatch(raw)
+	if data == nil {
+		t.Fatal("the raw_exec job has no configuration template")
+	}
+	text := regexp.MustCompile(`\$\{var\.[a-z_]+\}`).ReplaceAllStringFunc(string(data[1]), func(v string) string {
+		d, ok := defaults[v]
+		if !ok {
+			t.Errorf("the template uses %s, which has no default", v)
+		}
+		return d
+	})
+	lines := strings.Split(text, "\n")
+	indent := len(lines[0]) - len(strings.TrimLeft(lines[0], " "))
+	for i, l := range lines {
+		lines[i] = strings.TrimPrefix(l, strings.Repeat(" ", indent))
+	}
+	cfg := loadConfig(t, strings.Join(lines, "\n"), []string{"CSI_ENDPOINT=unix:///tmp/csi.sock", "WASMCSI_NODE_ID=" + testNodeID})
+	if cfg.ModuleDir != defaults["${var.module_dir}"] || !strings.HasPrefix(cfg.StateDir, defaults["${var.root}"]+"/") {
+		t.Errorf("module_dir %s, state_dir %s: not the job's variables", cfg.ModuleDir, cfg.StateDir)
+	}
+	cdata := regexp.MustCompile(`(?s)data\s*=\s*<<EOF\n(.*?)\nEOF`).FindSubmatch(job)
+	if cdata == nil {
+		t.Fatal("the container job has no configuration template")
+	}
+	ccfg := loadConfig(t, string(cdata[1]), []string{"CSI_ENDPOINT=unix:///csi/csi.sock", "WASMCSI_NODE_ID=" + testNodeID})
+	if len(cfg.Modules) != len(ccfg.Modules) {
+		t.Errorf("raw_exec grants %d modules, the container job %d", len(cfg.Modules), len(ccfg.Modules))
+	}
+	for name, g := range ccfg.Modules {
+		r, ok := cfg.Modules[name]
+		if !ok || !slices.Equal(r.HostCalls, g.HostCalls) || len(r.Roots) != len(g.Roots) {
+			t.Errorf("module %s: raw_exec grant %+v, container grant %+v", name, r, g)
+		}
 	}
 }

@@ -18,9 +18,12 @@
 #       }
 #     }
 #   }
-id        = "data"
-name      = "data"
-type      = "csi"
+id   = "data"
+name = "data"
+type = "csi"
+# The plugin of the client the volume lives on: wasmcsi-<client> when the
+# job runs with -var node=<client> (one plugin id per client, see
+# deploy/README.md, "Nomad"); wasmcsi on a single client.
 plugin_id = "wasmcsi"
 
 capacity_min = "1GiB"
@@ -39,8 +42,9 @@ parameters {
 
 # The shipped backends are node-local: a volume lives on the client whose
 # plugin created it (topology.wasmcsi.dev/node is that client's name, and
-# Nomad places claiming allocations there). Naming the client makes a create
-# that reaches another client's plugin fail instead of landing there:
+# Nomad places claiming allocations there). With one plugin id per client
+# the create reaches that client; naming it here as well makes a create
+# under a shared plugin id fail instead of landing elsewhere:
 #
 # topology_request {
 #   required {

@@ -1,17 +1,15 @@
-# wasmcsi on Nomad: one monolith plugin (controller and node in one daemon)
-# on every client, as a system job.
+# wasmcsi on Nomad in a container: a monolith plugin (controller and node in
+# one daemon) run by the docker driver. Without Docker, see
+# wasmcsi-raw.nomad.hcl.
 #
-#   nomad job run deploy/nomad/wasmcsi.nomad.hcl
-#   nomad plugin status wasmcsi
+#   nomad job run -var node=client-1 deploy/nomad/wasmcsi.nomad.hcl
+#   nomad plugin status wasmcsi-client-1
 #
 # Each client needs, in its agent configuration:
 #
 #   plugin "docker" {
 #     config {
 #       allow_privileged = true   # the plugin mounts and attaches devices
-#       volumes {
-#         enabled = true          # bind-mounts /dev into the task
-#       }
 #     }
 #   }
 #   client {
@@ -23,15 +21,36 @@
 #
 # (the folders must exist: mkdir -p /var/lib/wasmcsi/{state,cache,modules,pools}).
 #
-# Nomad sends CreateVolume to a controller of its own choosing, and the
-# backends granted here are node-local: a volume is created on the client
-# whose plugin got the call. With more than one client, run one copy of this
-# job per client, each with its own plugin id (csi_plugin ids cannot be
-# interpolated) and a constraint on ${node.unique.name}, and name that
-# plugin id in the volume spec (see volume.hcl).
+# Nomad sends every controller call (CreateVolume, DeleteVolume, expansion,
+# snapshots) to any client running a controller of the volume's plugin id,
+# and the backends granted here are node-local. So every client gets a
+# plugin id of its own: run this job once per client with -var node=<its
+# name>; the job is then wasmcsi-<node>, runs only there and registers plugin
+# wasmcsi-<node>, which volumes on that client name as plugin_id (see
+# volume.hcl and deploy/README.md, "Nomad"). Without -var node the job runs
+# on every client under the one plugin id "wasmcsi": right for a single
+# client only.
+
+variable "node" {
+  type        = string
+  default     = ""
+  description = "the client (node.unique.name) this copy serves; empty: every client, plugin id wasmcsi"
+}
+
+locals {
+  plugin_id = var.node == "" ? "wasmcsi" : "wasmcsi-${var.node}"
+}
+
 job "wasmcsi" {
+  id          = local.plugin_id
   type        = "system"
   datacenters = ["*"]
+
+  constraint {
+    attribute = "${node.unique.name}"
+    operator  = var.node == "" ? "is_set" : "="
+    value     = var.node
+  }
 
   # One client at a time: two daemons must never share a client's state.
   update {
@@ -96,16 +115,13 @@ job "wasmcsi" {
         args       = ["serve", "--config", "/local/config.yaml"]
         privileged = true
         ports      = ["metrics"]
-        # The host's /dev, so that loop devices attached later show up.
-        mount {
-          type   = "bind"
-          source = "/dev"
-          target = "/dev"
-        }
+        # No /dev mount here: Nomad bind-mounts the host's /dev into every
+        # CSI plugin task itself (loop devices attached later show up); a
+        # mount of the job's own at /dev would duplicate that one.
       }
 
       csi_plugin {
-        id        = "wasmcsi"
+        id        = local.plugin_id
         type      = "monolith"
         mount_dir = "/csi"
       }
