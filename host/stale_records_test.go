@@ -3,11 +3,14 @@ package host_test
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,20 +50,35 @@ var (
 	daemonBinErr  error
 )
 
-// buildDaemon builds cmd/wasmcsi once per test binary.
+// buildDaemon builds cmd/wasmcsi once per test binary, into a file that
+// later runs overwrite (as sdk/moduletest does with modules), so that runs
+// leave no copies behind.
 func buildDaemon(t *testing.T) string {
 	t.Helper()
 	daemonBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "wcsi-bin-")
-		if err != nil {
-			daemonBinErr = err
+		dir := filepath.Join(os.TempDir(), "wasmcsi-test-daemon")
+		if daemonBinErr = os.MkdirAll(dir, 0o755); daemonBinErr != nil {
 			return
 		}
-		daemonBin = filepath.Join(dir, "wasmcsi")
-		out, err := exec.Command("go", "build", "-o", daemonBin, "../cmd/wasmcsi").CombinedOutput()
-		if err != nil {
-			daemonBinErr = fmt.Errorf("build the daemon: %v\n%s", err, out)
+		// Build under a name of this process, then rename: test binaries
+		// of several packages may build at once, and a running daemon
+		// keeps the file it was started from.
+		// One file per source tree: worktrees of the same repository build
+		// different daemons.
+		src, err := filepath.Abs("../cmd/wasmcsi")
+		if daemonBinErr = err; err != nil {
+			return
 		}
+		sum := sha256.Sum256([]byte(src))
+		daemonBin = filepath.Join(dir, "wasmcsi-"+hex.EncodeToString(sum[:8]))
+		tmp := daemonBin + "." + strconv.Itoa(os.Getpid())
+		out, err := exec.Command("go", "build", "-o", tmp, "../cmd/wasmcsi").CombinedOutput()
+		if err != nil {
+			os.Remove(tmp)
+			daemonBinErr = fmt.Errorf("build the daemon: %v\n%s", err, out)
+			return
+		}
+		daemonBinErr = os.Rename(tmp, daemonBin)
 	})
 	if daemonBinErr != nil {
 		t.Fatal(daemonBinErr)
