@@ -3,6 +3,7 @@
 #   make test       every test (root runs the real mount/loop/csi-sanity tiers; others skip with a reason)
 #   make sanity     the csi-sanity binary against the daemon as make run starts it (root)
 #   make test-vm    the privileged tier (device-mapper, iSCSI) inside a QEMU guest
+#   make crash      kill the daemon at KILLS random points of a mixed workload and check (root; SEED=n repeats a run)
 #   make bench      benchmarks: module calls, CSI operation rates, primitives
 #   make lint       gofmt, go vet, staticcheck
 #   make tinygo     print the TinyGo wrapper (built and cached on first use)
@@ -17,8 +18,9 @@ TGMODULES:= $(EXAMPLES:%=$(BIN)/modules/%.tinygo.wasm)
 GOSRC    := $(shell find abi sdk hostcalls host modules cmd examples -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod go.sum
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s
+KILLS    ?= 1000
 
-.PHONY: all build modules modules-tinygo run test sanity test-vm bench lint tinygo clean
+.PHONY: all build modules modules-tinygo run test sanity test-vm crash bench lint tinygo clean
 
 all: build
 
@@ -54,6 +56,13 @@ sanity:
 
 test-vm:
 	bash .ci/vm/test.sh
+
+# make test runs the same test with 200 kill points (20 with -short); this
+# runs the daemon and modules that make build wrote, for as long as asked.
+crash: build
+	WASMCSI_CRASH_DAEMON=$(abspath $(BIN)/wasmcsi) WASMCSI_MODULE_DIR=$(abspath $(BIN)/modules) \
+	WASMCSI_CRASH_KILLS=$(KILLS) $(if $(SEED),WASMCSI_CRASH_SEED=$(SEED)) \
+	$(GO) test -count=1 -v -timeout 0 -run '^TestCrash$$' ./host/crashtest/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./modules/ ./host/ ./hostcalls/... ./abi/... ./examples/...

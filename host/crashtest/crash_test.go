@@ -1,0 +1,336 @@
+package crashtest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// EnvKills sets the number of kill points (default 200, 20 with -short);
+// EnvSeed repeats a run.
+const (
+	EnvKills = "WASMCSI_CRASH_KILLS"
+	EnvSeed  = "WASMCSI_CRASH_SEED"
+)
+
+// callTimeout bounds one CSI call; a call that takes longer has hung.
+const callTimeout = 60 * time.Second
+
+type workload struct {
+	t     *testing.T
+	d     *daemon
+	seed  uint64
+	rng   *rand.Rand
+	m     model
+	an    *anomalies
+	est   latency
+	stats runStats
+	// onlineGrow says the kernel lets this process grow a mounted ext4
+	// (CAP_SYS_RESOURCE; sandboxes often drop it).
+	onlineGrow bool
+}
+
+func hasCapability(c int) bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	return data[c/32].Effective&(1<<(c%32)) != 0
+}
+
+func TestCrash(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the daemon mounts and attaches loop devices")
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		t.Skip("needs loop devices: ", err)
+	}
+	kills := 200
+	if testing.Short() {
+		kills = 20
+	}
+	if s := os.Getenv(EnvKills); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive number", EnvKills, s)
+		}
+		kills = n
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv(EnvSeed); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", EnvSeed, s, err)
+		}
+		seed = n
+	}
+	t.Logf("seed %d (%s=%d repeats this run), %d kill points", seed, EnvSeed, seed, kills)
+	online := hasCapability(unix.CAP_SYS_RESOURCE)
+	if !online {
+		t.Log("no CAP_SYS_RESOURCE: the kernel refuses to grow a mounted ext4, so expanded mount volumes are not node-expanded while staged")
+	}
+
+	begin := time.Now()
+	d := newDaemon(t)
+	w := &workload{
+		t: t, d: d, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		m:   model{gone: map[string]*volume{}, goneS: map[string]*snapshot{}},
+		an:  &anomalies{t: t, counted: map[string]bool{}},
+		est: latency{}, onlineGrow: online,
+		stats: runStats{kills: map[string]*killStats{}, retryCodes: map[string]int{},
+			findings: map[string]int{}, phase: map[string]time.Duration{}},
+	}
+	defer func() {
+		t.Log("\n" + w.report(time.Since(begin)))
+		if n := len(w.an.list); n > 0 {
+			t.Errorf("%d anomalies (seed %d)", n, seed)
+		}
+	}()
+	if err := d.start(); err != nil {
+		t.Fatal(err)
+	}
+	for w.killPoints() < kills {
+		w.an.round++
+		if !w.round() {
+			return
+		}
+	}
+	w.final()
+}
+
+// round runs a few calls to their answer, then kills the daemon: mostly
+// during one more call, sometimes between calls or while the daemon
+// starts. It restarts the daemon, retries the call that was cut off and
+// checks everything against the model. It reports false when the daemon
+// cannot be started again.
+func (w *workload) round() bool {
+	t0 := time.Now()
+	for range w.rng.IntN(3) {
+		w.run(w.pick(false))
+	}
+	w.stats.phase["workload"] += time.Since(t0)
+	switch n := w.rng.IntN(20); {
+	case n < 2:
+		return w.killDuringStart()
+	case n < 3:
+		return w.killBetweenCalls()
+	}
+	// The victim is a CSI call: a pod's write before it runs to its end.
+	w.makeRoom()
+	victim := w.pick(true)
+	for !victim.isCSI {
+		w.run(victim)
+		victim = w.pick(true)
+	}
+	label := victim.label()
+	res := make(chan error, 1)
+	begin := time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		res <- victim.call(ctx, w.d)
+	}()
+	sleepPrecisely(w.est.delay(w.rng, label))
+	w.d.kill()
+	err := <-res
+	elapsed := time.Since(begin)
+	ks := w.stats.kills[label]
+	if ks == nil {
+		ks = &killStats{}
+		w.stats.kills[label] = ks
+	}
+	cutOff := err != nil
+	if !cutOff {
+		w.est.observe(label, elapsed)
+	}
+	if cutOff {
+		ks.cutOff++
+		// Whatever the call did before the kill is for its retry to
+		// finish: a copy it started may be partial.
+		if victim.copies {
+			s := fmt.Sprintf("%s cut off by a kill in round %d", victim.kind, w.an.round)
+			if victim.kind == "snapshot" {
+				victim.snap.suspect = s
+			} else {
+				victim.vol.suspect = s
+			}
+		}
+	} else {
+		ks.answered++
+		victim.done()
+	}
+	if !w.restart(victim) {
+		return false
+	}
+	if cutOff {
+		t0 := time.Now()
+		w.retry(victim)
+		w.stats.phase["retry"] += time.Since(t0)
+	}
+	w.verify(victim)
+	return true
+}
+
+// makeRoom deletes the oldest volumes and snapshots (unpublishing and
+// unstaging first) until creating, cloning and restoring are possible, so
+// that the kill finds those calls as often as the others.
+func (w *workload) makeRoom() {
+	for vs := w.m.live(nil); len(vs) >= maxVolumes-1; vs = w.m.live(nil) {
+		v := vs[0]
+		if (!v.published || w.run(w.unpublishOp(v))) && (!v.staged || w.run(w.unstageOp(v))) {
+			w.run(w.deleteOp(v))
+		}
+	}
+	for ss := w.m.liveSnaps(); len(ss) >= maxSnapshots; ss = w.m.liveSnaps() {
+		w.run(w.deleteSnapOp(ss[0]))
+	}
+}
+
+// killBetweenCalls runs a call to its answer and kills the daemon a moment
+// later, while no call is in flight: what the answer did not wait for (a
+// record deletion, a log sync) is cut off.
+func (w *workload) killBetweenCalls() bool {
+	w.stats.betweenKills++
+	o := w.pick(true)
+	w.run(o)
+	time.Sleep(time.Duration(w.rng.Float64() * float64(20*time.Millisecond)))
+	w.d.kill()
+	if !w.restart(nil) {
+		return false
+	}
+	w.verify(o)
+	return true
+}
+
+// killDuringStart kills the daemon while it starts again (opening its
+// records, loading modules, reconciling) and starts it once more.
+func (w *workload) killDuringStart() bool {
+	w.stats.startupKills++
+	w.d.kill()
+	if err := w.d.spawn(); err != nil {
+		w.an.add(noStart, "", "%v", err)
+		return false
+	}
+	time.Sleep(time.Duration(w.rng.Float64() * float64(400*time.Millisecond)))
+	w.d.kill()
+	if !w.restart(nil) {
+		return false
+	}
+	w.verify(nil)
+	return true
+}
+
+// restart starts the daemon after a kill and reads its start-up reports.
+func (w *workload) restart(victim *op) bool {
+	t0 := time.Now()
+	defer func() { w.stats.phase["restart"] += time.Since(t0) }()
+	if err := w.d.start(); err != nil {
+		w.an.add(noStart, "", "after the kill during %v: %v", victim, err)
+		return false
+	}
+	w.startupFindings(victim)
+	return true
+}
+
+// run runs an op to its answer; an error is an anomaly.
+func (w *workload) run(o *op) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	begin := time.Now()
+	err := o.call(ctx, w.d)
+	if err != nil {
+		if !w.refusedByStaleRecord(o, err) {
+			w.an.add(callFailed, "", "%v: %v", o, err)
+		}
+		w.markBroken(o, fmt.Sprintf("%s failed: %v", o.kind, err))
+		return false
+	}
+	w.est.observe(o.label(), time.Since(begin))
+	o.done()
+	w.podStarts(o)
+	return true
+}
+
+// podStarts writes data into a volume the op just published, as the pod
+// that uses it does: always into an empty one, so that almost every copy
+// has something to lose, and now and then a new generation.
+func (w *workload) podStarts(o *op) {
+	if o.kind == "publish" && o.vol.broken == "" && (o.vol.token == "" || w.rng.IntN(4) == 0) {
+		w.run(w.writeOp(o.vol))
+	}
+}
+
+// markBroken stops the harness from using what a failed op left in an
+// unknown state.
+func (w *workload) markBroken(o *op, why string) {
+	switch o.kind {
+	case "snapshot", "deletesnap":
+		o.snap.broken = why
+		if o.kind == "snapshot" && !slices.Contains(w.m.snaps, o.snap) {
+			// It may exist: cleanup deletes what ListSnapshots still shows.
+			w.m.snaps = append(w.m.snaps, o.snap)
+		}
+	case "create", "clone", "restore":
+		o.vol.broken = why
+		if !slices.Contains(w.m.vols, o.vol) {
+			w.m.vols = append(w.m.vols, o.vol)
+		}
+	default:
+		if o.vol != nil {
+			o.vol.broken = why
+		}
+	}
+}
+
+// retry repeats a call that the kill cut off, with the same request, as a
+// CO does, until the daemon answers anything but UNAVAILABLE or ABORTED.
+// Every retry here must answer OK: each call is valid for the model, and
+// the spec makes every one of them idempotent.
+func (w *workload) retry(o *op) {
+	w.stats.retries++
+	deadline := time.Now().Add(callTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		err := o.call(ctx, w.d)
+		cancel()
+		if err == nil {
+			w.stats.retriesOK++
+			o.done()
+			w.podStarts(o)
+			return
+		}
+		c := status.Code(err)
+		if (c == codes.Unavailable || c == codes.Aborted) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		w.stats.retryCodes[c.String()]++
+		if !w.refusedByStaleRecord(o, err) {
+			w.an.add(retryFailed, "", "%v, cut off by the kill, retried: %v", o, err)
+		}
+		w.markBroken(o, fmt.Sprintf("retry of %s failed: %v", o.kind, err))
+		return
+	}
+}
+
+// refusedByStaleRecord counts a DeleteVolume refused with
+// FAILED_PRECONDITION for a volume the CO has neither staged nor
+// published: the daemon holds a node record the CO does not know of.
+func (w *workload) refusedByStaleRecord(o *op, err error) bool {
+	if o.kind != "delete" || status.Code(err) != codes.FailedPrecondition || o.vol.staged || o.vol.published {
+		return false
+	}
+	w.an.add(staleNode, fmt.Sprintf("%s/%d", o.vol.name, o.vol.unstages),
+		"DeleteVolume of %s, which is neither staged nor published (%d NodeUnstage acknowledged), is refused: %v", o.vol, o.vol.unstages, err)
+	return true
+}
