@@ -28,9 +28,13 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/host"
 	"github.com/wasmcsi/wasmcsi/host/config"
+	"github.com/wasmcsi/wasmcsi/host/quiesce"
 )
 
 func main() {
+	// The daemon starts a guardian for every group snapshot that pauses
+	// writes by running itself again; this is where such a start ends.
+	quiesce.Main()
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "wasmcsi:", err)
 		os.Exit(1)
