@@ -48,6 +48,7 @@ type Config struct {
 	LogFormat        string            `koanf:"log_format"`
 	Limits           Limits            `koanf:"limits"`
 	Reconcile        Reconcile         `koanf:"reconcile"`
+	GroupSnapshot    GroupSnapshot     `koanf:"group_snapshot"`
 	Modules          map[string]Module `koanf:"modules"`
 }
 
@@ -63,6 +64,12 @@ type Limits struct {
 // record explains.
 type Reconcile struct {
 	Clean bool `koanf:"clean"`
+}
+
+// GroupSnapshot bounds how long a group snapshot may pause the writes of
+// its members (host/RATIONALE.md, "Group snapshots").
+type GroupSnapshot struct {
+	FreezeTimeout time.Duration `koanf:"freeze_timeout"`
 }
 
 // Module is the operator's grant for one module.
@@ -179,6 +186,9 @@ func (c *Config) normalize() error {
 	}
 	if c.Limits.CallTimeout <= 0 || c.Limits.PoolSize <= 0 || c.Limits.MemoryPages == 0 || c.Limits.AcquireTimeout <= 0 {
 		return fmt.Errorf("config: limits must all be positive: %+v", c.Limits)
+	}
+	if c.GroupSnapshot.FreezeTimeout <= 0 {
+		return fmt.Errorf("config: group_snapshot.freeze_timeout must be positive: %s", c.GroupSnapshot.FreezeTimeout)
 	}
 	var err error
 	for _, p := range []*string{&c.StateDir, &c.ModuleDir, &c.CacheDir} {

@@ -15,7 +15,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DriverName != "wasmcsi.dev" || c.Role != RoleAll || c.Limits.CallTimeout != 10*time.Second {
+	if c.DriverName != "wasmcsi.dev" || c.Role != RoleAll || c.Limits.CallTimeout != 10*time.Second || c.GroupSnapshot.FreezeTimeout != 10*time.Second {
 		t.Fatalf("unexpected defaults: %+v", c)
 	}
 	if !filepath.IsAbs(c.SocketPath()) || !strings.HasSuffix(c.SocketPath(), "run/csi.sock") {
@@ -62,6 +62,7 @@ func TestInvalid(t *testing.T) {
 		{"WASMCSI_ROLE=boss"},
 		{"CSI_ENDPOINT=tcp://127.0.0.1:1"},
 		{"WASMCSI_LIMITS__POOL_SIZE=0"},
+		{"WASMCSI_GROUP_SNAPSHOT__FREEZE_TIMEOUT=0s"},
 	} {
 		if _, err := Load(nil, env); err == nil {
 			t.Errorf("%v: want error", env)
