@@ -63,6 +63,8 @@ type daemonOptions struct {
 	more []daemonModule
 	// limits replace the non-zero fields of the daemon-wide limits.
 	limits config.Limits
+	// freezeTimeout, when set, bounds how long a group snapshot pauses writes.
+	freezeTimeout time.Duration
 	// hostCalls are offered to modules beside the daemon's own (fakes a
 	// test controls; their family must be granted like any other).
 	hostCalls []hostcalls.Func
@@ -107,6 +109,9 @@ func startDaemon(t testing.TB, o daemonOptions) *daemon {
 	}
 	if o.limits.AcquireTimeout > 0 {
 		cfg.Limits.AcquireTimeout = o.limits.AcquireTimeout
+	}
+	if o.freezeTimeout > 0 {
+		cfg.GroupSnapshot.FreezeTimeout = o.freezeTimeout
 	}
 	if err := os.MkdirAll(cfg.ModuleDir, 0o755); err != nil {
 		t.Fatal(err)

@@ -1,11 +1,12 @@
 package host_test
 
-// The fault, escape, liar and badnode backends are hand-written .wat files
-// built with wat2wasm (Debian: wabt).
+// The fault, escape, liar, badnode and slow backends are hand-written .wat
+// files built with wat2wasm (Debian: wabt).
 //go:generate wat2wasm testdata/escape.wat -o testdata/escape.wasm
 //go:generate wat2wasm testdata/fault.wat -o testdata/fault.wasm
 //go:generate wat2wasm testdata/liar.wat -o testdata/liar.wasm
 //go:generate wat2wasm testdata/badnode.wat -o testdata/badnode.wasm
+//go:generate wat2wasm testdata/slow.wat -o testdata/slow.wasm
 
 import (
 	"bytes"
@@ -27,6 +28,7 @@ var fixtureInfo = map[string]abi.BackendInfo{
 	"escape":  {Name: "escape", Version: "1.0.0", Description: "stages outside its roots", Mount: true},
 	"liar":    {Name: "liar", Version: "1.0.0", Description: "answers IDs it should not", Mount: true},
 	"badnode": {Name: "badnode", Version: "1.0.0", Description: "node_info fails", Mount: true},
+	"slow":    {Name: "slow", Version: "1.0.0", Description: "hangs on demand", Mount: true},
 }
 
 // TestFixturesMatchWat rebuilds every testdata/*.wat with wat2wasm and

@@ -4,21 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/host/quiesce"
 	"github.com/wasmcsi/wasmcsi/host/state"
 )
 
-// Group snapshots: the host snapshots each source volume with its backend's
-// create_snapshot while holding every volume's lock, so no other CSI call
-// changes any member in between. Crash consistency across volumes is what
-// the backends give (a reflink or thin snapshot is atomic per volume).
+// Group snapshots are write-order consistent, as the spec demands: the
+// host pauses the writes of every member in use on this node (a filesystem
+// freeze, or a device-mapper suspend), cuts every member's snapshot with its
+// backend's create_snapshot, and resumes the writes, within a bounded time
+// and with the resume guaranteed on every path (host/quiesce). A member
+// whose writes cannot be paused makes the group FAILED_PRECONDITION before
+// anything is paused. RATIONALE.md, "Group snapshots", says why and what
+// each backend gets.
 
 // GroupControllerGetCapabilities advertises group snapshots.
 func (s *Server) GroupControllerGetCapabilities(ctx context.Context, _ *csi.GroupControllerGetCapabilitiesRequest) (*csi.GroupControllerGetCapabilitiesResponse, error) {
@@ -31,10 +38,12 @@ func (s *Server) GroupControllerGetCapabilities(ctx context.Context, _ *csi.Grou
 
 func groupSnapshotName(group, volume string) string { return group + "/" + volume }
 
-// CreateVolumeGroupSnapshot snapshots every source volume. A repeat with the
-// same name and sources answers the recorded group.
+// CreateVolumeGroupSnapshot cuts one snapshot of every source volume at one
+// point of their write stream. A repeat with the same name, sources and
+// parameters answers the recorded group; other sources or parameters are
+// ALREADY_EXISTS.
 func (s *Server) CreateVolumeGroupSnapshot(ctx context.Context, req *csi.CreateVolumeGroupSnapshotRequest) (*csi.CreateVolumeGroupSnapshotResponse, error) {
-	name, srcs := req.GetName(), req.GetSourceVolumeIds()
+	name, srcs, params := req.GetName(), req.GetSourceVolumeIds(), req.GetParameters()
 	if name == "" {
 		return nil, errf(codes.InvalidArgument, "name missing")
 	}
@@ -60,34 +69,220 @@ func (s *Server) CreateVolumeGroupSnapshot(ctx context.Context, req *csi.CreateV
 		if !slices.Equal(g.SourceVolumeIDs, srcs) {
 			return nil, errf(codes.AlreadyExists, "group snapshot %q exists for other volumes", name)
 		}
+		if !maps.Equal(g.Parameters, params) {
+			return nil, errf(codes.AlreadyExists, "group snapshot %q exists with other parameters", name)
+		}
 		return s.groupResponse(&g)
 	} else if !errors.Is(err, state.ErrNotFound) {
 		return nil, err
 	}
-	for _, v := range srcs {
-		if _, err := s.store.GetVolume(v); err != nil {
+	vols := make([]state.Volume, len(srcs))
+	for i, v := range srcs {
+		if vols[i], err = s.store.GetVolume(v); err != nil {
 			return nil, notFoundOr(err, "volume %q", v)
 		}
-	}
-	g := state.Group{ID: gid, Name: name, SourceVolumeIDs: srcs, CreatedAt: time.Now().UTC()}
-	var made []*state.Snapshot
-	for _, v := range srcs {
-		sn, err := s.snapshotLocked(ctx, v, abi.CreateSnapshotRequest{Name: groupSnapshotName(name, v), Parameters: req.GetParameters()}, gid)
-		if err != nil {
-			for _, m := range made { // undo: a group is all or nothing
-				if derr := s.deleteSnapshotLocked(ctx, m); derr != nil {
-					s.log.Error("undo group snapshot member", "snapshot", m.ID, "err", derr)
-				}
-			}
-			return nil, err
+		b, ok := s.backends.Load().get(vols[i].Backend)
+		if !ok {
+			return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", vols[i].Backend, v)
 		}
-		made = append(made, sn)
-		g.SnapshotIDs = append(g.SnapshotIDs, sn.ID)
+		if !b.has(abi.OpCreateSnapshot) {
+			return nil, errf(codes.Unimplemented, "backend %q of volume %q cannot snapshot", b.name, v)
+		}
 	}
-	if err := s.store.PutGroup(g); err != nil {
+	if err := s.undoDeadAttempt(ctx, name, gid, srcs); err != nil {
+		return nil, err
+	}
+	targets, err := s.quiesceTargets(ctx, vols)
+	if err != nil {
+		return nil, err
+	}
+	// The journal is durable before anything is paused, so that a start
+	// after a crash resumes what this attempt paused and the next attempt
+	// removes what it cut.
+	if err := s.journals.Write(quiesce.Journal{Group: name, Sources: srcs, Parameters: params, Targets: targets}); err != nil {
+		return nil, err
+	}
+	g, err := s.cutGroup(ctx, gid, name, vols, params, targets)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.PutGroup(*g); err != nil {
 		return nil, fmt.Errorf("record group snapshot %s: %w", gid, err)
 	}
-	return s.groupResponse(&g)
+	if err := s.journals.Remove(name); err != nil {
+		s.log.Warn("group snapshot recorded, its journal stays", "group", name, "err", err)
+	}
+	return s.groupResponse(g)
+}
+
+// cutGroup pauses targets, cuts every member's snapshot and resumes the
+// writes. On any failure it resumes them first and then removes the
+// snapshots it cut (a group is all or nothing), and removes the journal
+// once nothing of the attempt is left.
+func (s *Server) cutGroup(ctx context.Context, gid, name string, vols []state.Volume, params map[string]string, targets []quiesce.Target) (*state.Group, error) {
+	hold, err := quiesce.Pause(ctx, targets, s.cfg.GroupSnapshot.FreezeTimeout, s.log)
+	if err != nil {
+		s.dropJournal(name)
+		return nil, err
+	}
+	defer hold.Thaw() // a panic too
+	// Every member holds this moment: the last pause.
+	g := &state.Group{ID: gid, Name: name, Parameters: params, CreatedAt: time.Now().UTC()}
+	cctx := ctx
+	if d := hold.Deadline(); !d.IsZero() {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithDeadline(ctx, d)
+		defer cancel()
+	}
+	var made []*state.Snapshot
+	for i := range vols {
+		var sn *state.Snapshot
+		mreq := abi.CreateSnapshotRequest{Name: groupSnapshotName(name, vols[i].ID), Parameters: params}
+		if sn, err = s.snapshotLocked(cctx, vols[i].ID, mreq, gid, g.CreatedAt); err != nil {
+			break
+		}
+		made = append(made, sn)
+		g.SourceVolumeIDs = append(g.SourceVolumeIDs, vols[i].ID)
+		g.SnapshotIDs = append(g.SnapshotIDs, sn.ID)
+	}
+	var rerr *abi.Error
+	if errors.As(hold.Release(), &rerr) {
+		switch {
+		case err == nil:
+			err = rerr
+		case rerr.Code == abi.DeadlineExceeded:
+			// A hold that ran out explains a member's failure better
+			// than the member's own deadline error does.
+			err = abi.Errorf(rerr.Code, rerr.Message+"; the member being cut: "+status.Convert(toStatus(err)).Message())
+		}
+	}
+	if len(targets) > 0 {
+		guard, pausing, held := hold.Timing()
+		s.log.Info("group snapshot paused writes", "group", name, "targets", len(targets),
+			"guardian_start", guard, "pausing", pausing, "held", held, "ok", err == nil)
+	}
+	if err == nil {
+		return g, nil
+	}
+	clean := true
+	for _, m := range made {
+		if derr := s.deleteSnapshotLocked(context.WithoutCancel(ctx), m); derr != nil {
+			s.log.Error("undo group snapshot member", "snapshot", m.ID, "err", derr)
+			clean = false
+		}
+	}
+	if clean {
+		s.dropJournal(name)
+	}
+	return nil, err
+}
+
+func (s *Server) dropJournal(name string) {
+	if err := s.journals.Remove(name); err != nil {
+		s.log.Warn("remove group snapshot journal", "group", name, "err", err)
+	}
+}
+
+// undoDeadAttempt removes what an earlier attempt of group name left when
+// the daemon died during it (its journal is still there): snapshots cut
+// at another moment than this attempt's must not join its group. A member
+// the backend cut but the daemon did not record yet is found by asking the
+// backend for it again by name (create_snapshot is idempotent on the name)
+// and deleted. srcs are the volumes the caller holds locks on; the dead
+// attempt's other volumes are locked here.
+func (s *Server) undoDeadAttempt(ctx context.Context, name, gid string, srcs []string) error {
+	j, ok, err := s.journals.Read(name)
+	if err != nil || !ok {
+		return err
+	}
+	// Nothing of the attempt may stay paused: start-up resumed it, unless
+	// that failed.
+	if _, err := quiesce.ResumeAll(context.WithoutCancel(ctx), j.Targets); err != nil {
+		return fmt.Errorf("group snapshot %q: an interrupted attempt left writes paused: %w", name, err)
+	}
+	if _, err := s.store.GetGroup(gid); err == nil {
+		// The attempt was recorded; only the journal's removal was lost.
+		return s.journals.Remove(name)
+	} else if !errors.Is(err, state.ErrNotFound) {
+		return err
+	}
+	var extra []string
+	for _, v := range j.Sources {
+		if !slices.Contains(srcs, v) {
+			extra = append(extra, volKey(v))
+		}
+	}
+	if len(extra) > 0 {
+		unlock, err := s.lock(extra...)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
+	for _, v := range j.Sources {
+		mname := groupSnapshotName(name, v)
+		sn, err := s.store.SnapshotByName(mname)
+		switch {
+		case err == nil && sn.GroupID == gid:
+			err = s.deleteSnapshotLocked(ctx, &sn)
+		case err == nil: // not the group's: a snapshot some other call named so
+		case errors.Is(err, state.ErrNotFound):
+			err = s.dropUnrecorded(ctx, v, mname, j.Parameters)
+		}
+		if err != nil {
+			return fmt.Errorf("undo an interrupted attempt of group snapshot %q: %w", name, err)
+		}
+	}
+	s.log.Info("undid an interrupted group snapshot attempt", "group", name, "volumes", len(j.Sources))
+	return s.journals.Remove(name)
+}
+
+// undoInterruptedGroups undoes, at start-up, every group snapshot attempt
+// the daemon died in, so that what they cut does not linger when the CO
+// gives up on the group; a retry of such a group then finds nothing to undo.
+// A group that is busy already (a CO call won the race) is left to that
+// call.
+func (s *Server) undoInterruptedGroups(ctx context.Context) {
+	js, err := s.journals.All()
+	if err != nil {
+		s.log.Error("read group snapshot journals", "err", err)
+	}
+	for _, j := range js {
+		keys := []string{groupKey(j.Group)}
+		for _, v := range j.Sources {
+			keys = append(keys, volKey(v))
+		}
+		unlock, err := s.lock(keys...)
+		if err != nil {
+			continue
+		}
+		if err := s.undoDeadAttempt(ctx, j.Group, groupID(j.Group), j.Sources); err != nil {
+			s.log.Error("undo an interrupted group snapshot attempt; the next attempt of the group tries again", "group", j.Group, "err", err)
+		}
+		unlock()
+	}
+}
+
+// dropUnrecorded deletes the snapshot the backend of volume id may hold
+// under name without a record of it here.
+func (s *Server) dropUnrecorded(ctx context.Context, id, name string, params map[string]string) error {
+	v, err := s.store.GetVolume(id)
+	if errors.Is(err, state.ErrNotFound) {
+		s.log.Warn("cannot look for an unrecorded group member: its volume is gone", "volume", id, "snapshot", name)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	b, ok := s.backends.Load().get(v.Backend)
+	if !ok {
+		return errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", v.Backend, id)
+	}
+	var resp abi.CreateSnapshotResponse
+	if err := b.call(ctx, abi.OpCreateSnapshot, &abi.CreateSnapshotRequest{Name: name, Source: volumeRef(&v), Parameters: params}, &resp); err != nil {
+		return err
+	}
+	sn := state.Snapshot{LocalID: resp.LocalID, Context: resp.Context, SizeBytes: resp.SizeBytes}
+	return b.call(ctx, abi.OpDeleteSnapshot, &abi.DeleteSnapshotRequest{Snapshot: snapshotRef(&sn, &v)}, &abi.Empty{})
 }
 
 func (s *Server) groupResponse(g *state.Group) (*csi.CreateVolumeGroupSnapshotResponse, error) {

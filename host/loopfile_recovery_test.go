@@ -108,6 +108,7 @@ func newLoopVolume(t *testing.T, d *daemon, name string, block bool) *loopVolume
 	vol := createVolume(t, d, &csi.CreateVolumeRequest{
 		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: loopfileVolumeBytes},
 		VolumeCapabilities: []*csi.VolumeCapability{loopCapability(block)},
+		Parameters:         map[string]string{backendParam: "loopfile"},
 	})
 	file := vol.GetVolumeContext()["path"]
 	if _, err := os.Stat(file); err != nil {

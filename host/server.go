@@ -28,6 +28,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/host/config"
 	"github.com/wasmcsi/wasmcsi/host/keylock"
+	"github.com/wasmcsi/wasmcsi/host/quiesce"
 	"github.com/wasmcsi/wasmcsi/host/state"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
 	"github.com/wasmcsi/wasmcsi/modules"
@@ -48,6 +49,7 @@ type Server struct {
 	cfg      *config.Config
 	log      *slog.Logger
 	store    *state.Store
+	journals *quiesce.Journals
 	rt       *modules.Runtime
 	locks    *keylock.Locks
 	infos    infoCache
@@ -99,6 +101,18 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 	s := &Server{cfg: cfg, log: log, store: store, locks: keylock.New()}
 	s.metrics = newMetrics(opt.Metrics)
 	s.node = newNodeSteps(log)
+	if store != nil {
+		// Before anything else: writers hang on what a group snapshot the
+		// daemon died in left paused (and its guardian did not resume).
+		j, err := quiesce.OpenJournals(filepath.Join(cfg.StateDir, "quiesce"), log)
+		if err != nil {
+			return nil, err
+		}
+		if n, err := j.Recover(ctx); err != nil {
+			log.Error("resume writes paused by an interrupted group snapshot", "err", err, "resumed", n)
+		}
+		s.journals = j
+	}
 
 	calls := opt.HostCalls
 	if calls == nil {
@@ -146,6 +160,9 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 	}
 	s.rt = rt
 	s.Reload(ctx)
+	if s.journals != nil && cfg.Role != config.RoleNode {
+		s.undoInterruptedGroups(ctx)
+	}
 	return s, nil
 }
 

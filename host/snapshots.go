@@ -45,7 +45,7 @@ func (s *Server) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 		Requisite: topologiesFromCSI(req.GetAccessibilityRequirements().GetRequisite()),
 		Preferred: topologiesFromCSI(req.GetAccessibilityRequirements().GetPreferred()),
 	}
-	sn, err := s.snapshotLocked(ctx, src, mreq, "")
+	sn, err := s.snapshotLocked(ctx, src, mreq, "", time.Time{})
 	if err != nil {
 		return nil, err
 	}
@@ -53,12 +53,17 @@ func (s *Server) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 }
 
 // snapshotLocked creates (or finds) one snapshot; the caller holds the
-// name and source volume locks.
-func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.CreateSnapshotRequest, group string) (*state.Snapshot, error) {
+// name and source volume locks. at is its point in time, now when zero.
+func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.CreateSnapshotRequest, group string, at time.Time) (*state.Snapshot, error) {
 	name := mreq.Name
 	if old, err := s.store.SnapshotByName(name); err == nil {
 		if old.SourceVolumeID != src {
 			return nil, errf(codes.AlreadyExists, "snapshot %q exists for volume %q", name, old.SourceVolumeID)
+		}
+		if old.GroupID != group {
+			// A group's member is never a plain snapshot, nor a member of
+			// another group, whatever its name says.
+			return nil, errf(codes.AlreadyExists, "snapshot %q exists as %s", name, describeGroup(old.GroupID))
 		}
 		return &old, nil
 	} else if !errors.Is(err, state.ErrNotFound) {
@@ -80,10 +85,13 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 	if err := checkLocalID(b.name, "snapshot", resp.LocalID); err != nil {
 		return nil, err
 	}
+	if at.IsZero() {
+		at = time.Now().UTC()
+	}
 	sn := state.Snapshot{
 		ID: makeID(b.name, resp.LocalID), Name: name, Backend: b.name, LocalID: resp.LocalID,
 		SourceVolumeID: src, SizeBytes: resp.SizeBytes, Context: resp.Context,
-		CreatedAt: time.Now().UTC(), ReadyToUse: resp.ReadyToUse, GroupID: group,
+		CreatedAt: at, ReadyToUse: resp.ReadyToUse, GroupID: group,
 	}
 	for _, t := range resp.Topology {
 		sn.Topology = append(sn.Topology, t.Segments)
@@ -97,6 +105,13 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 		return nil, fmt.Errorf("record snapshot %s: %w", sn.ID, err)
 	}
 	return &sn, nil
+}
+
+func describeGroup(id string) string {
+	if id == "" {
+		return "a snapshot of its own"
+	}
+	return "a member of group snapshot " + id
 }
 
 // DeleteSnapshot deletes a snapshot; one that does not exist is success.

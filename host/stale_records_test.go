@@ -32,13 +32,16 @@ import (
 // NodeUnpublish answered brings the record back. These tests run the real
 // daemon binary as its own process and kill it with SIGKILL at that point.
 
-// procDaemon is the wasmcsi binary serving localdir and loopfile from a
-// folder of its own.
+// procDaemon is the wasmcsi binary serving localdir, loopfile and the slow
+// fixture from a folder of its own.
 type procDaemon struct {
 	bin, dir, config, socket string
 	cmd                      *exec.Cmd
 	exited                   chan struct{}
 	conn                     *grpc.ClientConn
+	// slow is the slow fixture's mode from the next start on: "hang"
+	// makes its snapshots hang (testdata/slow.wat).
+	slow string
 
 	mu   sync.Mutex
 	logs []string // the log lines of the current run
@@ -108,7 +111,7 @@ func newProcDaemon(t *testing.T) *procDaemon {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	releaseUnder(t, dir)
 	modules := filepath.Join(dir, "modules")
-	for name, wasm := range map[string]string{"localdir": localdir, "loopfile": loopfile} {
+	for name, wasm := range map[string]string{"localdir": localdir, "loopfile": loopfile, "slow": filepath.Join("testdata", "slow.wasm")} {
 		if err := os.MkdirAll(filepath.Join(dir, "pools", name), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -123,6 +126,16 @@ func newProcDaemon(t *testing.T) *procDaemon {
 			t.Fatal(err)
 		}
 	}
+	p.start(t)
+	t.Cleanup(func() { p.stop(t) })
+	return p
+}
+
+// writeConfig writes the daemon's configuration file.
+func (p *procDaemon) writeConfig(t *testing.T) {
+	t.Helper()
+	dir := p.dir
+	modules := filepath.Join(dir, "modules")
 	cfg := fmt.Sprintf(`endpoint: unix://%s
 node_id: test-node
 role: all
@@ -141,20 +154,22 @@ modules:
   loopfile:
     hostcalls: [file, loop]
     roots: [%s]
+  slow:
+    hostcalls: []
+    roots: []
+    config: {mode: "%s"}
 `, p.socket, filepath.Join(dir, "state"), modules, filepath.Join(os.TempDir(), "wasmcsi-test-cache"),
-		filepath.Join(dir, "pools", "localdir"), filepath.Join(dir, "pools", "loopfile"))
+		filepath.Join(dir, "pools", "localdir"), filepath.Join(dir, "pools", "loopfile"), p.slow)
 	if err := os.WriteFile(p.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p.start(t)
-	t.Cleanup(func() { p.stop(t) })
-	return p
 }
 
-// start runs the daemon and waits until it serves (after its start-up
-// reconciliation).
+// start runs the daemon on its configuration as it is now and waits until
+// it serves (after its start-up reconciliation).
 func (p *procDaemon) start(t *testing.T) {
 	t.Helper()
+	p.writeConfig(t)
 	cmd := exec.Command(p.bin, "serve", "--config", p.config)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
