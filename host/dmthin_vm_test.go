@@ -4,11 +4,17 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
+	"github.com/wasmcsi/wasmcsi/host"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/dm"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
@@ -258,5 +264,81 @@ func write(t *testing.T, dev string, off, n int64, seed byte) {
 	}
 	if err := f.Sync(); err != nil {
 		t.Fatalf("fsync %s: %v", dev, err)
+	}
+}
+
+// A group snapshot of thin volumes in use suspends their devices while it
+// cuts them: two mount volumes under a writer and a published block
+// volume. Every member is cut while the writer stands still, the restored
+// members hold one prefix of the write stream, and no device stays
+// suspended.
+func TestDmthinGroupSnapshotWriteOrder(t *testing.T) {
+	dmthintest.Require(t)
+	wasm := dmthintest.Module(t, moduletest.Go)
+	fx := dmthintest.New(t, "group", 256<<20, 8<<20)
+	var writer atomic.Pointer[seqWriter]
+	var cuts, pausedCuts atomic.Int32
+	calls, err := host.DefaultHostCalls(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	real := calls[abi.HostCallDmThinSnapshot]
+	spy := real
+	spy.Call = func(ctx context.Context, env *hostcalls.Env, req []byte) ([]byte, error) {
+		if w := writer.Load(); w != nil {
+			cuts.Add(1)
+			if w.stalled(300 * time.Millisecond) {
+				pausedCuts.Add(1)
+			}
+		}
+		return real.Call(ctx, env, req)
+	}
+	o := dmthinOptions(wasm, fx)
+	o.hostCalls = []hostcalls.Func{spy}
+	d := startDaemon(t, o)
+	ctx := context.Background()
+	volume := func(name string, block bool) *loopVolume {
+		vol := createVolume(t, d, &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csi.VolumeCapability{loopCapability(block)},
+			CapacityRange: &csi.CapacityRange{RequiredBytes: loopfileVolumeBytes}})
+		w := workDir(t)
+		v := &loopVolume{vol: vol, block: block, staging: stagingPath(w, name), target: targetPath(w, name)}
+		if err := v.stage(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		if err := v.publish(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			v.unpublishAt(ctx, d, v.target)
+			v.unstage(ctx, d)
+		})
+		return v
+	}
+	a, b, c := volume("dg-a", false), volume("dg-b", false), volume("dg-c", true)
+	w := startWriter(t, [2]string{a.target, b.target})
+	writer.Store(w)
+	w.progress(t, 50, 30*time.Second)
+	g := timed(t, "CreateVolumeGroupSnapshot (3 members in use)", func() (*csi.VolumeGroupSnapshot, error) {
+		return groupSnapshot(ctx, t, d, "dg", a, b, c)
+	})
+	writer.Store(nil)
+	if cuts.Load() != 3 || pausedCuts.Load() != 3 {
+		t.Errorf("%d of %d members were cut while the writes stood still, want all 3", pausedCuts.Load(), cuts.Load())
+	}
+	w.progress(t, 10, 30*time.Second)
+	n := checkCut(t, restoreRecords(t, d, memberOf(t, g, a), "dg-ra"), restoreRecords(t, d, memberOf(t, g, b), "dg-rb"))
+	t.Logf("the group holds records 0..%d; the longest a record took: %s", n-1, time.Duration(w.longest.Load()).Round(time.Millisecond))
+	m, err := dm.New(fx.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := m.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dev := range devs {
+		if info, err := m.Info(ctx, dev.Name); err != nil || info.Suspended {
+			t.Errorf("%s after the group snapshot: %+v, %v", dev.Name, info, err)
+		}
 	}
 }
