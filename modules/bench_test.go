@@ -62,3 +62,18 @@ func BenchmarkCallHostCall(b *testing.B) {
 		benchCall(b, m, abi.OpDeleteVolume, req)
 	}
 }
+
+// BenchmarkGuestClockPauseResume is what every host call adds: the guest
+// clock paused and re-armed around it.
+func BenchmarkGuestClockPauseResume(b *testing.B) {
+	inst := &instance{}
+	inst.clock.init(inst)
+	inst.clock.start(context.Background(), 10*time.Second)
+	defer inst.clock.end()
+	for b.Loop() {
+		inst.clock.pause()
+		if err := inst.clock.resume(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -121,7 +121,7 @@ func TestBadCalls(t *testing.T) {
 		keep   bool
 	}{
 		{"trap", abi.Internal, []string{`module "trap": create_volume: trap: wasm error: unreachable`, "stderr: boom: disk on fire"}, false},
-		{"loop", abi.DeadlineExceeded, []string{`module "loop": create_volume: deadline exceeded (call timeout 100ms)`}, false},
+		{"loop", abi.DeadlineExceeded, []string{`module "loop": create_volume: deadline exceeded (guest time over the call timeout 100ms; time in host calls not counted)`}, false},
 		{"flood", abi.Internal, []string{`module "flood": create_volume: trap: wasm error: unreachable`}, false},
 		{"garbage", abi.Internal, []string{`module "garbage": create_volume returned garbage code 999`}, false},
 		// The host's limit (64 pages in tests) wins over a declared max of 65536.

@@ -56,6 +56,18 @@ func fakeRegistry(g *gate) map[string]hostcalls.Func {
 					return nil, abi.Errorf(abi.NotFound, "no such thing")
 				case "plain":
 					return nil, errors.New("plain failure")
+				case "sleep":
+					// Work longer than the tests' guest budgets, stopping
+					// early only for the caller's context.
+					select {
+					case <-time.After(300 * time.Millisecond):
+						return []byte("slept"), nil
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				case "hang":
+					<-ctx.Done()
+					return nil, ctx.Err()
 				case "env":
 					return []byte(env.Module + "|" + strings.Join(env.Roots, ",")), nil
 				case "block":

@@ -35,14 +35,18 @@ type instance struct {
 	fault  error  // set by a host function that failed the call
 
 	stdout, stderr *guestOutput
+
+	clock guestClock // the running call's context
 }
 
-// callKey carries the running *instance in the context of an export call.
+// callKey carries the running *instance in the context of an export call
+// (the instance's guestClock answers it).
 type callKey struct{}
 
 // newInstance instantiates and initializes one instance of m.
 func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	inst := &instance{m: m, fns: make(map[abi.Op]api.Function, len(m.ops))}
+	inst.clock.init(inst)
 	inst.stdout = newGuestOutput(m.log, inst, "stdout", slog.LevelInfo, false)
 	inst.stderr = newGuestOutput(m.log, inst, "stderr", slog.LevelWarn, true)
 	// No FS, network, env or args; wazero's default clocks and random
@@ -93,15 +97,15 @@ func (m *Module) destroyInstance(inst *instance) {
 	}
 }
 
-// invoke calls fn (an export of inst with at most one result) under the
-// module's call timeout and returns its i32 result. An error is an
-// *abi.Error, and inst must then be discarded.
+// invoke calls fn (an export of inst with at most one result) under ctx
+// and the module's call timeout of guest time, and returns its i32 result.
+// An error is an *abi.Error, and inst must then be discarded.
 func (inst *instance) invoke(ctx context.Context, fn api.Function, what string, req []byte) (uint32, error) {
 	inst.op, inst.req, inst.resp, inst.result, inst.fault = what, req, nil, nil, nil
 	inst.stderr.reset()
-	cctx, cancel := context.WithTimeout(ctx, inst.m.limits.CallTimeout)
-	err := fn.CallWithStack(context.WithValue(cctx, callKey{}, inst), inst.stack[:])
-	cancel()
+	inst.clock.start(ctx, inst.m.limits.CallTimeout)
+	err := fn.CallWithStack(&inst.clock, inst.stack[:])
+	inst.clock.end()
 	inst.req, inst.result = nil, nil
 	inst.stdout.flush()
 	inst.stderr.flush()
@@ -121,9 +125,12 @@ func (inst *instance) failure(err error) error {
 	case inst.fault != nil:
 		code, msg = abi.Internal, inst.fault.Error()
 	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded:
-		code, msg = abi.DeadlineExceeded, fmt.Sprintf("deadline exceeded (call timeout %s)", m.limits.CallTimeout)
+		code, msg = abi.DeadlineExceeded, "deadline exceeded (the caller's deadline)"
+		if errors.Is(inst.clock.Err(), errGuestTime) {
+			msg = fmt.Sprintf("deadline exceeded (guest time over the call timeout %s; time in host calls not counted)", m.limits.CallTimeout)
+		}
 	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeContextCanceled:
-		code, msg = abi.Canceled, "canceled"
+		code, msg = abi.Canceled, "canceled by the caller"
 	case errors.As(err, &exit):
 		code, msg = abi.Internal, fmt.Sprintf("guest exited with code %d", exit.ExitCode())
 	default:
@@ -208,7 +215,14 @@ func hostCall(f hostcalls.Func) api.GoModuleFunc {
 		if !ok {
 			inst.trap("host call %s: request [%d, +%d) is outside the guest's memory", f.Name, reqPtr, reqLen)
 		}
-		res, err := inst.runHostCall(ctx, f, bytes.Clone(view))
+		// Every host call passes here: the guest clock stops while the
+		// host works on the guest's behalf, and the host call is bounded by
+		// the caller's context instead.
+		inst.clock.pause()
+		res, err := inst.runHostCall(inst.clock.parent, f, bytes.Clone(view))
+		if exit := inst.clock.resume(); exit != nil {
+			panic(exit)
+		}
 		code := abi.OK
 		if err != nil {
 			var ae *abi.Error
