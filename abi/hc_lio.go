@@ -36,6 +36,14 @@ type LioLunCreateRequest struct {
 	// file's size. A block LUN follows its device's size; leave it 0.
 	SizeBytes int64    `wire:"5"`
 	Portals   []string `wire:"6"` // at least one, each granted
+	// WriteCache makes a fileio LUN report a volatile write cache
+	// (emulate_write_cache): initiators treat it as write-back and send
+	// SYNCHRONIZE CACHE, which the target turns into an fsync of the
+	// file; false reports write-through. It is set on every call, also on
+	// a LUN that exists, so a repeat with another value changes it live
+	// (initiators see it after iscsi_rescan). A block LUN reports its
+	// device's cache: WriteCache there is INVALID_ARGUMENT.
+	WriteCache bool `wire:"7"`
 }
 
 // LioLunRequest names a LUN of a target.

@@ -15,6 +15,7 @@ func (m *LioLunCreateRequest) AppendWire(b []byte) []byte {
 	b = wire.AppendString(b, 4, m.Path)
 	b = wire.AppendInt64(b, 5, m.SizeBytes)
 	b = wire.AppendStrings(b, 6, m.Portals)
+	b = wire.AppendBool(b, 7, m.WriteCache)
 	return b
 }
 
@@ -45,6 +46,8 @@ func (m *LioLunCreateRequest) decodeWire(d *wire.Decoder) error {
 			m.SizeBytes, err = d.Int64(typ)
 		case 6:
 			err = d.RepeatedString(typ, &m.Portals)
+		case 7:
+			m.WriteCache, err = d.Bool(typ)
 		default:
 			err = d.Skip(field, typ)
 		}

@@ -102,7 +102,7 @@ func (b *binder) lunCreate(ctx context.Context, env *hostcalls.Env, req *abi.Lio
 		}
 	}
 	spec := LUN{Target: req.Target, LUN: int(req.LUN), Portals: req.Portals,
-		Backstore: Backstore{Kind: kind, Name: backstoreName(req.Target, int(req.LUN)), Path: req.Path, Size: req.SizeBytes}}
+		Backstore: Backstore{Kind: kind, Name: backstoreName(req.Target, int(req.LUN)), Path: req.Path, Size: req.SizeBytes, WriteCache: req.WriteCache}}
 	if err := c.CreateLUN(ctx, spec); err != nil {
 		return nil, err
 	}

@@ -116,6 +116,11 @@ type Backstore struct {
 	// Size is a FileIO backstore's size in bytes, a multiple of 512; 0
 	// means the file's current size. Block backstores follow their device.
 	Size int64
+	// WriteCache makes a FileIO backstore report a volatile write cache
+	// to initiators (attrib/emulate_write_cache); it is applied on every
+	// create, also to a backstore that exists. Block backstores report
+	// their device's cache and refuse it.
+	WriteCache bool
 }
 
 // LUN is everything CreateLUN sets up.
@@ -534,6 +539,9 @@ func (c *Configfs) checkBackstore(b *Backstore) error {
 		if b.Size != 0 {
 			return abi.Errorf(abi.InvalidArgument, "lio: a block backstore takes its device's size; leave Size 0")
 		}
+		if b.WriteCache {
+			return abi.Errorf(abi.InvalidArgument, "lio: a block backstore reports its device's write cache; leave WriteCache false")
+		}
 	case FileIO:
 		if !st.Mode().IsRegular() {
 			return abi.Errorf(abi.InvalidArgument, "lio: "+b.Path+" is not a regular file")
@@ -556,7 +564,7 @@ func (c *Configfs) createBackstore(b Backstore) error {
 			return abi.Errorf(abi.AlreadyExists, "lio: backstore "+b.Name+" already serves "+cur)
 		}
 		if on, _ := readAttr(filepath.Join(dir, "enable")); on == "1" {
-			return nil
+			return setWriteCache(dir, b)
 		}
 		// Left half-made by a crash: configure it below.
 	}
@@ -578,12 +586,32 @@ func (c *Configfs) createBackstore(b Backstore) error {
 	if err := writeAttr(filepath.Join(dir, "enable"), "1"); err != nil {
 		return fmt.Errorf("lio: backstore %s: enable: %w", b.Name, err)
 	}
+	if err := setWriteCache(dir, b); err != nil {
+		return err
+	}
 	// Advertise UNMAP when the backing store can discard, so initiators'
 	// discards reach thin pools and sparse files.
 	if n, _ := readAttr(filepath.Join(dir, "attrib", "max_unmap_lba_count")); n != "" && n != "0" {
 		if err := writeAttr(filepath.Join(dir, "attrib", "emulate_tpu"), "1"); err != nil {
 			return fmt.Errorf("lio: backstore %s: emulate_tpu: %w", b.Name, err)
 		}
+	}
+	return nil
+}
+
+// setWriteCache sets a FileIO backstore's emulate_write_cache when it
+// differs; LIO lets it change while the LUN is exported.
+func setWriteCache(dir string, b Backstore) error {
+	if b.Kind != FileIO {
+		return nil
+	}
+	want := map[bool]string{false: "0", true: "1"}[b.WriteCache]
+	path := filepath.Join(dir, "attrib", "emulate_write_cache")
+	if cur, _ := readAttr(path); cur == want {
+		return nil
+	}
+	if err := writeAttr(path, want); err != nil {
+		return fmt.Errorf("lio: backstore %s: emulate_write_cache: %w", b.Name, err)
 	}
 	return nil
 }

@@ -122,6 +122,22 @@ func TestVMLUNLifecycle(t *testing.T) {
 		t.Fatalf("repeated CreateLUN: %v", err)
 	}
 	t.Logf("MEASURE lio LUN create (repeat, no-op): %v", time.Since(start))
+
+	// The write cache a fileio LUN reports follows every create, also
+	// of the LUN that exists.
+	cache := filepath.Join(bs, "attrib", "emulate_write_cache")
+	if got := attr(t, cache); got != "0" {
+		t.Fatalf("emulate_write_cache of a new LUN = %s, want 0", got)
+	}
+	for _, on := range []bool{true, true, false} {
+		spec.Backstore.WriteCache = on
+		if err := c.CreateLUN(ctx, spec); err != nil {
+			t.Fatalf("CreateLUN with WriteCache %v: %v", on, err)
+		}
+		if got, want := attr(t, cache), map[bool]string{false: "0", true: "1"}[on]; got != want {
+			t.Fatalf("after CreateLUN with WriteCache %v: emulate_write_cache = %s, want %s", on, got, want)
+		}
+	}
 	other := spec
 	other.Backstore = Backstore{Kind: FileIO, Name: testNames + "other", Path: sparseFile(t, 1<<20)}
 	if err := c.CreateLUN(ctx, other); abi.CodeOf(err) != abi.AlreadyExists {
@@ -220,6 +236,11 @@ func TestVMBlockBackstoreAndSharedTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("MEASURE lio LUN create (block, new target): %v", time.Since(start))
+	cached := block
+	cached.Backstore.WriteCache = true
+	if err := c.CreateLUN(ctx, cached); abi.CodeOf(err) != abi.InvalidArgument {
+		t.Fatalf("block LUN with WriteCache = %v, want INVALID_ARGUMENT", err)
+	}
 	file2 := LUN{Target: target, LUN: 1, Portals: []string{"127.0.0.1:3260"},
 		Backstore: Backstore{Kind: FileIO, Name: testNames + "f2", Path: sparseFile(t, 8<<20)}}
 	start = time.Now()
