@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -322,4 +323,94 @@ func TestIscsiExpandRestoreRestart(t *testing.T) {
 	iscsiTimed(t, "DeleteSnapshot", func() (*csi.DeleteSnapshotResponse, error) {
 		return d.controller().DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshotId()})
 	})
+}
+
+// lunWriteCache reads the write cache LIO reports for LUN lun of target:
+// the emulate_write_cache attribute of the backstore the LUN links to.
+func lunWriteCache(t *testing.T, target, lun string) string {
+	t.Helper()
+	dir := filepath.Join("/sys/kernel/config/target/iscsi", target, "tpgt_1", "lun", "lun_"+lun)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Type()&os.ModeSymlink == 0 {
+			continue
+		}
+		bs, err := filepath.EvalSymlinks(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(bs, "attrib", "emulate_write_cache"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	t.Fatalf("LUN %s of %s links to no backstore", lun, target)
+	return ""
+}
+
+// diskWriteCache rescans the node's disk of the volume (as a node's
+// expansion step does) and reads the cache mode its kernel now uses.
+func diskWriteCache(t *testing.T, fx *iscsitest.Fixture, lun string) string {
+	t.Helper()
+	ss := fx.Sessions(t)
+	if len(ss) != 1 {
+		t.Fatalf("sessions %+v, want one", ss)
+	}
+	var disk string
+	for l, d := range ss[0].Disks {
+		if strconv.Itoa(l) == lun {
+			disk = d
+		}
+	}
+	if disk == "" {
+		t.Fatalf("no disk for LUN %s in %+v", lun, ss[0])
+	}
+	if err := os.WriteFile(filepath.Join("/sys/block", disk, "device", "rescan"), []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join("/sys/block", disk, "queue", "write_cache"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestIscsiModifyWriteCache: ControllerModifyVolume's writeCache changes
+// the write cache the volume's LUN reports in the target's configfs, live
+// while the node uses it, and the node's kernel switches its disk between
+// write through and write back at its next rescan.
+func TestIscsiModifyWriteCache(t *testing.T) {
+	d, fx := iscsiDaemon(t, "cache")
+	ctx := context.Background()
+	nodeID := iscsiNodeID(t, d)
+	v := iscsiCreateAndStage(t, d, nodeID, "cache", iscsiBlock, 16<<20)
+	lun := v.publish["lun"]
+	if got := lunWriteCache(t, fx.Target, lun); got != "0" {
+		t.Fatalf("a new volume's LUN reports emulate_write_cache %s, want 0", got)
+	}
+	if got := diskWriteCache(t, fx, lun); got != "write through" {
+		t.Fatalf("the node's disk of a new volume is %q, want write through", got)
+	}
+	for _, tc := range []struct{ value, attr, mode string }{
+		{"true", "1", "write back"},
+		{"true", "1", "write back"},
+		{"false", "0", "write through"},
+	} {
+		iscsiTimed(t, "ControllerModifyVolume writeCache="+tc.value, func() (*csi.ControllerModifyVolumeResponse, error) {
+			return d.controller().ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: v.id,
+				MutableParameters: map[string]string{"writeCache": tc.value}})
+		})
+		if got := lunWriteCache(t, fx.Target, lun); got != tc.attr {
+			t.Fatalf("after writeCache=%s: emulate_write_cache %s, want %s", tc.value, got, tc.attr)
+		}
+		if got := diskWriteCache(t, fx, lun); got != tc.mode {
+			t.Fatalf("after writeCache=%s: the node's disk is %q, want %q", tc.value, got, tc.mode)
+		}
+	}
+	v.unstage(t, d)
+	v.unpublishAndDelete(t, d, nodeID)
 }

@@ -95,7 +95,8 @@ var sanityBackends = []sanityBackend{
 	{backend: "loopfile", hostcalls: []string{"file", "loop"}, access: []string{"mount", "block"}, size: 16 << 20,
 		mutable: map[string]string{"prealloc": "true"}},
 	{backend: "dmthin", hostcalls: dmthintest.HostCalls, access: []string{"mount", "block"}, size: 16 << 20, prepare: prepareDmthin},
-	{backend: "iscsi", hostcalls: iscsitest.HostCalls, access: []string{"mount", "block"}, size: 16 << 20, prepare: prepareIscsi},
+	{backend: "iscsi", hostcalls: iscsitest.HostCalls, access: []string{"mount", "block"}, size: 16 << 20, prepare: prepareIscsi,
+		mutable: map[string]string{"writeCache": "true"}},
 }
 
 // prepareDmthin gives a dmthin target the module file the VM tier copied

@@ -23,7 +23,12 @@ var configKeys = []string{configPortal, configListen, configTargetIQN, configPoo
 
 // StorageClass parameters. Keys under kubernetesPrefix are metadata the
 // CO's sidecars add (PVC name, namespace...); they are accepted and ignored.
-const kubernetesPrefix = "csi.storage.k8s.io/"
+const (
+	// paramWriteCache ("true"/"false") makes the volume's LUN report a
+	// write-back cache; also a mutable parameter.
+	paramWriteCache  = "writeCache"
+	kubernetesPrefix = "csi.storage.k8s.io/"
+)
 
 // Volume context keys. The context travels with the volume to nodes, so
 // node operations need no controller record.
@@ -33,6 +38,9 @@ const (
 	ctxLUN    = "lun"    // the volume's LUN number
 	ctxPath   = "path"   // the volume's or snapshot's file on the target host
 	ctxFsType = "fsType" // the filesystem mount access uses (absent for block-only volumes)
+	// ctxWriteCache is "true" when the volume's LUN reports a write-back
+	// cache; ModifyVolume changes it.
+	ctxWriteCache = "writeCache"
 )
 
 // Publish and stage context keys: where a node finds the volume's LUN.
@@ -225,6 +233,9 @@ func (b *Backend) Info() abi.BackendInfo {
 		Clone:            true,
 		Restore:          true,
 		NodeExpansion:    true,
+		// writeCache is also a StorageClass parameter; as a mutable one
+		// (VolumeAttributesClass) it wins over the StorageClass's.
+		MutableParameters: []string{paramWriteCache},
 	}
 }
 
@@ -256,13 +267,49 @@ func isFsType(s string) bool {
 	return false
 }
 
-// checkParameters accepts only the CO's own metadata keys: the module has
-// no StorageClass parameters of its own.
+// checkParameters accepts only the CO's own metadata keys: snapshot
+// classes take no parameters of their own.
 func checkParameters(params map[string]string) error {
 	for k := range params {
 		if !strings.HasPrefix(k, kubernetesPrefix) {
-			return sdk.Error(abi.InvalidArgument, "unknown parameter ", strconv.Quote(k), " (iscsi takes none)")
+			return sdk.Error(abi.InvalidArgument, "unknown parameter ", strconv.Quote(k), " (iscsi snapshots take none)")
 		}
 	}
 	return nil
+}
+
+// volumeParameters reads a StorageClass's parameters and then the mutable
+// ones (a VolumeAttributesClass, which win): writeCache, and the CO's
+// metadata keys, which are ignored. Anything else is INVALID_ARGUMENT.
+func volumeParameters(params, mutable map[string]string) (writeCache bool, err error) {
+	for k, v := range params {
+		switch {
+		case k == paramWriteCache:
+			if writeCache, err = parseBool(k, v); err != nil {
+				return false, err
+			}
+		case strings.HasPrefix(k, kubernetesPrefix):
+		default:
+			return false, sdk.Error(abi.InvalidArgument, "unknown parameter ", strconv.Quote(k), " (iscsi knows: ", paramWriteCache, ")")
+		}
+	}
+	return mutableWriteCache(mutable, writeCache)
+}
+
+// mutableWriteCache applies mutable parameters to writeCache: the host let
+// only writeCache through, so only its value can be wrong.
+func mutableWriteCache(mutable map[string]string, writeCache bool) (bool, error) {
+	v, ok := mutable[paramWriteCache]
+	if !ok {
+		return writeCache, nil
+	}
+	return parseBool(paramWriteCache, v)
+}
+
+func parseBool(key, v string) (bool, error) {
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, sdk.Error(abi.InvalidArgument, "parameter ", key, " = ", strconv.Quote(v), ": want true or false")
+	}
+	return on, nil
 }

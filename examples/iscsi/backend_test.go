@@ -126,10 +126,13 @@ func TestInfo(t *testing.T) {
 		}
 	}
 	want := []string{"backend_info", "configure", "create_volume", "delete_volume", "expand_volume", "create_snapshot",
-		"delete_snapshot", "get_capacity", "controller_publish", "controller_unpublish", "volume_health",
+		"delete_snapshot", "get_capacity", "controller_publish", "controller_unpublish", "volume_health", "modify_volume",
 		"node_info", "node_stage", "node_unstage", "node_expand", "storage_health"}
 	if got := sdk.Ops(b); !slices.Equal(got, want) {
 		t.Errorf("ops %v\nwant %v", got, want)
+	}
+	if !slices.Equal(info.MutableParameters, []string{"writeCache"}) {
+		t.Errorf("mutable parameters %v, want writeCache", info.MutableParameters)
 	}
 }
 
@@ -222,7 +225,7 @@ func TestCreateVolume(t *testing.T) {
 		t.Fatalf("volume %+v, want ID %s of 64 MiB", v, volumeID(nameID, first))
 	}
 	path := "/pool/" + v.LocalID + ".img"
-	want := map[string]string{ctxTarget: testTarget, ctxPortal: testPortal, ctxLUN: strconv.Itoa(first), ctxPath: path, ctxFsType: "ext4"}
+	want := map[string]string{ctxTarget: testTarget, ctxPortal: testPortal, ctxLUN: strconv.Itoa(first), ctxPath: path, ctxFsType: "ext4", ctxWriteCache: "false"}
 	if !mapsEqual(v.Context, want) {
 		t.Errorf("context %v, want %v", v.Context, want)
 	}
@@ -477,6 +480,66 @@ func TestGetCapacity(t *testing.T) {
 	s.total = 100 * sdk.MiB
 	if resp, _ := b.GetCapacity(&abi.GetCapacityRequest{Capability: &abi.Capability{FsType: "xfs"}}); resp.MaximumVolumeSize != 0 {
 		t.Fatalf("a pool smaller than xfs's minimum offers %+v", resp)
+	}
+}
+
+// TestWriteCache: writeCache from the StorageClass, overridden by the
+// mutable parameters at creation, changed live by ModifyVolume (nothing
+// changes for a bad value), kept in the context, and restored with the
+// LUN a reboot of the target host took away.
+func TestWriteCache(t *testing.T) {
+	s, b := newFakeSAN(t, nil)
+	caps := []abi.Capability{{AccessMode: abi.AccessSingleNodeWriter}}
+	lunOf := func(v *abi.CreateVolumeResponse) *fakeLUN { return s.luns[testTarget][int32(mustLUN(t, v.LocalID))] }
+	for _, tc := range []struct {
+		params, mutable map[string]string
+		want            bool
+		code            abi.Code
+	}{
+		{nil, nil, false, abi.OK},
+		{map[string]string{"writeCache": "true"}, nil, true, abi.OK},
+		{map[string]string{"writeCache": "true"}, map[string]string{"writeCache": "false"}, false, abi.OK},
+		{nil, map[string]string{"writeCache": "true"}, true, abi.OK},
+		{map[string]string{"writeCache": "often"}, nil, false, abi.InvalidArgument},
+		{nil, map[string]string{"writeCache": "often"}, false, abi.InvalidArgument},
+		{map[string]string{"cache": "true"}, nil, false, abi.InvalidArgument},
+	} {
+		name := "v-" + strconv.Itoa(len(s.files))
+		v, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: name, RequiredBytes: 16 * sdk.MiB, Capabilities: caps, Parameters: tc.params, MutableParameters: tc.mutable})
+		if abi.CodeOf(err) != tc.code {
+			t.Fatalf("params %v mutable %v: %v, want %v", tc.params, tc.mutable, err, tc.code)
+		}
+		if err != nil {
+			continue
+		}
+		if lunOf(v).writeCache != tc.want || v.Context[ctxWriteCache] != strconv.FormatBool(tc.want) {
+			t.Errorf("params %v mutable %v: LUN %+v, context %v; want writeCache %v", tc.params, tc.mutable, lunOf(v), v.Context, tc.want)
+		}
+	}
+
+	v := createVolume(t, b, "modified", 16*sdk.MiB)
+	r := ref(v)
+	if _, err := b.ModifyVolume(&abi.ModifyVolumeRequest{Volume: r, MutableParameters: map[string]string{"writeCache": "sometimes"}}); abi.CodeOf(err) != abi.InvalidArgument || lunOf(v).writeCache {
+		t.Fatalf("writeCache=sometimes: %v, LUN %+v", err, lunOf(v))
+	}
+	mod, err := b.ModifyVolume(&abi.ModifyVolumeRequest{Volume: r, MutableParameters: map[string]string{"writeCache": "true"}})
+	if err != nil || !lunOf(v).writeCache || mod.Context[ctxWriteCache] != "true" || mod.Context[ctxPath] != v.Context[ctxPath] {
+		t.Fatalf("writeCache=true: %+v, %v, LUN %+v", mod, err, lunOf(v))
+	}
+	r.Context = mod.Context
+	s.luns = map[string]map[int32]*fakeLUN{} // the target host rebooted
+	info, err := b.NodeInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ControllerPublish(&abi.ControllerPublishRequest{Volume: r, NodeID: "n1", NodeContext: info.Context, Capability: caps[0]}); err != nil {
+		t.Fatal(err)
+	}
+	if !lunOf(v).writeCache {
+		t.Fatalf("LUN re-created by ControllerPublish after a target reboot lost its write cache: %+v", lunOf(v))
+	}
+	if _, err := b.GetCapacity(&abi.GetCapacityRequest{Parameters: map[string]string{"writeCache": "true"}}); err != nil {
+		t.Errorf("GetCapacity with the StorageClass's writeCache: %v", err)
 	}
 }
 

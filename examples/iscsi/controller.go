@@ -10,10 +10,11 @@ import (
 
 // volume is what the controller knows of one volume.
 type volume struct {
-	nameID string
-	lun    int
-	path   string // its file in the pool
-	target string // its target's IQN
+	nameID     string
+	lun        int
+	path       string // its file in the pool
+	target     string // its target's IQN
+	writeCache bool   // its LUN reports a write-back cache
 }
 
 // volumeOf resolves a volume reference: the LUN from the local ID, the file
@@ -25,7 +26,7 @@ func (b *Backend) volumeOf(ref *abi.VolumeRef) (volume, error) {
 	if !ok {
 		return volume{}, sdk.Error(abi.NotFound, "volume ", strconv.Quote(ref.LocalID), " is not an iscsi volume ID")
 	}
-	v := volume{nameID: nameID, lun: lun, path: ref.Context[ctxPath], target: ref.Context[ctxTarget]}
+	v := volume{nameID: nameID, lun: lun, path: ref.Context[ctxPath], target: ref.Context[ctxTarget], writeCache: ref.Context[ctxWriteCache] == "true"}
 	name := ref.LocalID + volumeSuffix
 	if v.path != "" && (v.path[0] != '/' || baseOf(v.path) != name) {
 		return volume{}, sdk.Error(abi.InvalidArgument, "volume context path ", strconv.Quote(v.path), " does not name the volume's file ", name)
@@ -77,7 +78,8 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 	if err := b.controller(); err != nil {
 		return nil, err
 	}
-	if err := checkParameters(req.Parameters); err != nil {
+	writeCache, err := volumeParameters(req.Parameters, req.MutableParameters)
+	if err != nil {
 		return nil, err
 	}
 	fsType, err := b.fsTypeOf(req.Capabilities)
@@ -106,7 +108,7 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 		if err != nil {
 			return nil, sdk.Wrap(err, "stat "+path)
 		}
-		resp, err := b.finishVolume(nameID, lun, path, size, req.LimitBytes, fsType)
+		resp, err := b.finishVolume(nameID, lun, path, size, req.LimitBytes, fsType, writeCache)
 		if abi.CodeOf(err) != abi.AlreadyExists {
 			return resp, err
 		}
@@ -126,7 +128,7 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 		if err != nil {
 			return nil, sdk.Wrap(err, "create "+path)
 		}
-		resp, err := b.finishVolume(nameID, lun, path, size, req.LimitBytes, fsType)
+		resp, err := b.finishVolume(nameID, lun, path, size, req.LimitBytes, fsType, writeCache)
 		if err == nil {
 			return resp, nil
 		}
@@ -143,7 +145,7 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 // finishVolume grows the volume's file to size when it is smaller and
 // makes it LUN lun of the target. ALREADY_EXISTS when the LUN serves
 // another file.
-func (b *Backend) finishVolume(nameID string, lun int, path string, size, limit int64, fsType string) (*abi.CreateVolumeResponse, error) {
+func (b *Backend) finishVolume(nameID string, lun int, path string, size, limit int64, fsType string, writeCache bool) (*abi.CreateVolumeResponse, error) {
 	st, err := hostcall.FileStat(path)
 	if err != nil {
 		return nil, sdk.Wrap(err, "stat "+path)
@@ -160,23 +162,26 @@ func (b *Backend) finishVolume(nameID string, lun int, path string, size, limit 
 	if st.SizeBytes%512 != 0 {
 		return nil, sdk.Error(abi.FailedPrecondition, "volume file ", path, " has ", itoa(st.SizeBytes), " bytes, not a whole number of 512-byte blocks")
 	}
-	if err := b.ensureLUN(b.cfg.target, lun, path); err != nil {
+	if err := b.ensureLUN(volume{lun: lun, path: path, target: b.cfg.target, writeCache: writeCache}); err != nil {
 		return nil, err
 	}
-	ctx := map[string]string{ctxTarget: b.cfg.target, ctxPortal: b.cfg.portal, ctxLUN: strconv.Itoa(lun), ctxPath: path}
+	ctx := map[string]string{ctxTarget: b.cfg.target, ctxPortal: b.cfg.portal, ctxLUN: strconv.Itoa(lun), ctxPath: path,
+		ctxWriteCache: strconv.FormatBool(writeCache)}
 	if fsType != "" {
 		ctx[ctxFsType] = fsType
 	}
 	return &abi.CreateVolumeResponse{LocalID: volumeID(nameID, lun), CapacityBytes: st.SizeBytes, Context: ctx}, nil
 }
 
-// ensureLUN makes path LUN lun of target, listening on the configured
-// portals; an existing LUN serving path is success (lio_lun_create is
-// idempotent), which also restores a LUN that a reboot of the target host
-// took away.
-func (b *Backend) ensureLUN(target string, lun int, path string) error {
-	err := hostcall.LioLunCreate(&abi.LioLunCreateRequest{Target: target, LUN: int32(lun), Kind: "fileio", Path: path, Portals: b.cfg.listen})
-	return sdk.Wrap(err, "serve "+path+" as LUN "+strconv.Itoa(lun)+" of "+target)
+// ensureLUN makes the volume's file its LUN of its target, listening on
+// the configured portals and reporting the volume's write cache; an
+// existing LUN serving the file is success (lio_lun_create is idempotent
+// and sets the write cache again), which also restores a LUN that a
+// reboot of the target host took away.
+func (b *Backend) ensureLUN(v volume) error {
+	err := hostcall.LioLunCreate(&abi.LioLunCreateRequest{Target: v.target, LUN: int32(v.lun), Kind: "fileio", Path: v.path,
+		Portals: b.cfg.listen, WriteCache: v.writeCache})
+	return sdk.Wrap(err, "serve "+v.path+" as LUN "+strconv.Itoa(v.lun)+" of "+v.target)
 }
 
 // sourceOf is the file a new volume is cloned from, or "" for a new one.
@@ -322,13 +327,46 @@ func (b *Backend) ExpandVolume(req *abi.ExpandVolumeRequest) (*abi.ExpandVolumeR
 		}
 		st.SizeBytes = size
 	}
-	if err := b.ensureLUN(v.target, v.lun, v.path); err != nil {
+	if err := b.ensureLUN(v); err != nil {
 		return nil, err
 	}
 	if err := hostcall.LioLunResize(&abi.LioLunResizeRequest{Target: v.target, LUN: int32(v.lun), SizeBytes: st.SizeBytes}); err != nil {
 		return nil, sdk.Wrap(err, "resize LUN "+strconv.Itoa(v.lun)+" of "+v.target)
 	}
 	return &abi.ExpandVolumeResponse{CapacityBytes: st.SizeBytes, NodeExpansionRequired: true}, nil
+}
+
+// ModifyVolume changes the volume's mutable parameter writeCache: the LUN
+// reports a write-back cache (initiators then send SYNCHRONIZE CACHE,
+// which the target turns into an fsync of the file) or write-through, at
+// once and also while nodes use it; their kernels see the new mode at
+// their next rescan (an expansion's node step, or a new login). The value
+// is kept in the volume's context, so a LUN that ControllerPublish or an
+// expansion has to re-create after a reboot of the target host gets it
+// too.
+func (b *Backend) ModifyVolume(req *abi.ModifyVolumeRequest) (*abi.ModifyVolumeResponse, error) {
+	v, err := b.volumeOf(&req.Volume)
+	if err != nil {
+		return nil, err
+	}
+	if v.writeCache, err = mutableWriteCache(req.MutableParameters, v.writeCache); err != nil {
+		return nil, err
+	}
+	if _, err := hostcall.FileStat(v.path); err != nil {
+		if abi.CodeOf(err) == abi.NotFound {
+			return nil, sdk.Error(abi.NotFound, "volume ", req.Volume.LocalID, " does not exist: its file ", v.path, " is gone")
+		}
+		return nil, sdk.Wrap(err, "stat "+v.path)
+	}
+	if err := b.ensureLUN(v); err != nil {
+		return nil, err
+	}
+	ctx := make(map[string]string, len(req.Volume.Context)+1)
+	for k, val := range req.Volume.Context {
+		ctx[k] = val
+	}
+	ctx[ctxWriteCache] = strconv.FormatBool(v.writeCache)
+	return &abi.ModifyVolumeResponse{Context: ctx}, nil
 }
 
 // CreateSnapshot clones the volume's file to "<snapshot ID>.snap" beside
@@ -379,7 +417,7 @@ func (b *Backend) GetCapacity(req *abi.GetCapacityRequest) (*abi.GetCapacityResp
 	if err := b.controller(); err != nil {
 		return nil, err
 	}
-	if err := checkParameters(req.Parameters); err != nil {
+	if _, err := volumeParameters(req.Parameters, nil); err != nil {
 		return nil, err
 	}
 	minSize := minSizeBytes
@@ -426,7 +464,7 @@ func (b *Backend) ControllerPublish(req *abi.ControllerPublishRequest) (*abi.Con
 		}
 		return nil, sdk.Wrap(err, "stat "+v.path)
 	}
-	if err := b.ensureLUN(v.target, v.lun, v.path); err != nil {
+	if err := b.ensureLUN(v); err != nil {
 		return nil, err
 	}
 	grant := &abi.LioGrantRequest{Target: v.target, LUN: int32(v.lun), Initiator: initiator}

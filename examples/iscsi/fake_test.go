@@ -41,8 +41,9 @@ type fakeSAN struct {
 }
 
 type fakeLUN struct {
-	path string
-	size int64 // the size LIO reports
+	path       string
+	size       int64 // the size LIO reports
+	writeCache bool
 }
 
 const (
@@ -175,6 +176,7 @@ func (s *fakeSAN) install() {
 			if cur.path != r.Path {
 				return nil, abi.Errorf(abi.AlreadyExists, "LUN "+strconv.Itoa(int(r.LUN))+" already serves "+cur.path)
 			}
+			cur.writeCache = r.WriteCache
 			return &abi.Empty{}, nil
 		}
 		if r.SizeBytes != 0 {
@@ -183,7 +185,7 @@ func (s *fakeSAN) install() {
 		if s.luns[r.Target] == nil {
 			s.luns[r.Target] = map[int32]*fakeLUN{}
 		}
-		s.luns[r.Target][r.LUN] = &fakeLUN{path: r.Path, size: size}
+		s.luns[r.Target][r.LUN] = &fakeLUN{path: r.Path, size: size, writeCache: r.WriteCache}
 		return &abi.Empty{}, nil
 	})
 	moduletest.HandleTyped(f, "lio", abi.HostCallLioLunDelete, func(r *abi.LioLunRequest) (*abi.Empty, error) {
