@@ -607,28 +607,33 @@ func imageModuleDir(t *testing.T) string {
 // The sidecars run in the mode their place needs: per node (distributed
 // provisioning and snapshots, capacity owned by the DaemonSet) or central
 // with leader election (capacity owned by the Deployment).
+//
+// Feature gates: Topology for node-local volumes, VolumeAttributesClass on
+// the provisioner (mutable parameters at CreateVolume) and the resizer
+// (ControllerModifyVolume when a PVC's class changes).
 func TestSidecarModes(t *testing.T) {
 	for _, tc := range []struct {
 		dir, workload, container string
 		args                     []string
 		env                      []string
+		gates                    []string
 	}{
 		{"kubernetes", "wasmcsi", "csi-provisioner",
-			[]string{"--feature-gates=Topology=true", "--node-deployment=true", "--enable-capacity", "--capacity-ownerref-level=1"},
-			[]string{"NODE_NAME", "NAMESPACE", "POD_NAME"}},
+			[]string{"--node-deployment=true", "--enable-capacity", "--capacity-ownerref-level=1"},
+			[]string{"NODE_NAME", "NAMESPACE", "POD_NAME"}, []string{"Topology", "VolumeAttributesClass"}},
 		{"kubernetes", "wasmcsi", "csi-snapshotter",
-			[]string{"--node-deployment=true"}, []string{"NODE_NAME"}},
+			[]string{"--node-deployment=true"}, []string{"NODE_NAME"}, nil},
 		{"kubernetes", "wasmcsi", "csi-resizer",
-			[]string{"--leader-election"}, []string{"NAMESPACE"}},
+			[]string{"--leader-election"}, []string{"NAMESPACE"}, []string{"VolumeAttributesClass"}},
 		{"kubernetes-split", "wasmcsi-controller", "csi-provisioner",
-			[]string{"--feature-gates=Topology=true", "--leader-election", "--enable-capacity", "--capacity-ownerref-level=2"},
-			[]string{"NAMESPACE", "POD_NAME"}},
+			[]string{"--leader-election", "--enable-capacity", "--capacity-ownerref-level=2"},
+			[]string{"NAMESPACE", "POD_NAME"}, []string{"Topology", "VolumeAttributesClass"}},
 		{"kubernetes-split", "wasmcsi-controller", "csi-attacher",
-			[]string{"--leader-election"}, []string{"NAMESPACE"}},
+			[]string{"--leader-election"}, []string{"NAMESPACE"}, nil},
 		{"kubernetes-split", "wasmcsi-controller", "csi-resizer",
-			[]string{"--leader-election"}, []string{"NAMESPACE"}},
+			[]string{"--leader-election"}, []string{"NAMESPACE"}, []string{"VolumeAttributesClass"}},
 		{"kubernetes-split", "wasmcsi-controller", "csi-snapshotter",
-			[]string{"--leader-election"}, []string{"NAMESPACE"}},
+			[]string{"--leader-election"}, []string{"NAMESPACE"}, nil},
 	} {
 		t.Run(tc.dir+"/"+tc.workload+"/"+tc.container, func(t *testing.T) {
 			spec, ok := workloads(t, readObjects(t, tc.dir))[tc.workload]
@@ -639,6 +644,12 @@ func TestSidecarModes(t *testing.T) {
 			for _, a := range tc.args {
 				if !slices.Contains(c.Args, a) {
 					t.Errorf("args %q lack %s", c.Args, a)
+				}
+			}
+			gates := featureGates(c.Args)
+			for _, g := range tc.gates {
+				if gates[g] != "true" {
+					t.Errorf("args %q do not turn on feature gate %s", c.Args, g)
 				}
 			}
 			if slices.Contains(c.Args, "--node-deployment=true") && slices.Contains(c.Args, "--leader-election") {
@@ -654,6 +665,25 @@ func TestSidecarModes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// featureGates collects the gates of every --feature-gates flag (each a
+// comma-separated list of Name=value; later flags add to earlier ones, as
+// the sidecars' flag parsing does).
+func featureGates(args []string) map[string]string {
+	out := map[string]string{}
+	for _, a := range args {
+		list, ok := strings.CutPrefix(a, "--feature-gates=")
+		if !ok {
+			continue
+		}
+		for _, g := range strings.Split(list, ",") {
+			if name, value, ok := strings.Cut(strings.TrimSpace(g), "="); ok {
+				out[name] = value
+			}
+		}
+	}
+	return out
 }
 
 func TestStorageClasses(t *testing.T) {
