@@ -22,6 +22,7 @@ const (
 	HostCallDmThinDelete     = "dm_thin_delete"     // DmThinRequest -> Empty
 	HostCallDmThinResize     = "dm_thin_resize"     // DmThinRequest -> Empty
 	HostCallDmThinSnapshot   = "dm_thin_snapshot"   // DmThinSnapshotRequest -> Empty
+	HostCallDmThinStatus     = "dm_thin_status"     // DmThinRequest -> DmThinStatus
 )
 
 // DmPoolOpenRequest activates a thin pool: an existing one as its metadata
@@ -83,6 +84,8 @@ type DmPoolStatus struct {
 //   - dm_thin_delete: deactivates, then deletes; NOT_FOUND when already gone.
 //   - dm_thin_resize: grows an active device; shrinking is INVALID_ARGUMENT;
 //     for an inactive device the module's record is the size.
+//   - dm_thin_status: what the kernel knows of the id (DmThinStatus); it
+//     changes nothing.
 type DmThinRequest struct {
 	Pool      string `wire:"1"`
 	ID        uint32 `wire:"2"`
@@ -102,4 +105,20 @@ type DmThinSnapshotRequest struct {
 	Pool       string `wire:"1"`
 	OriginID   uint32 `wire:"2"`
 	SnapshotID uint32 `wire:"3"`
+}
+
+// DmThinStatus is one thin device as the kernel sees it. Exists says the
+// pool's metadata holds the id (asked by loading a thin table for it into
+// a device that is never activated, so an inactive volume is checked
+// without activating it). Active says a block device serves it at Path;
+// SizeBytes is then that device's size and MappedBytes the part of it
+// with data blocks behind it, and Failed says its target reports failure
+// (the pool failed under it).
+type DmThinStatus struct {
+	Exists      bool   `wire:"1"`
+	Active      bool   `wire:"2"`
+	Path        string `wire:"3"`
+	SizeBytes   int64  `wire:"4"`
+	MappedBytes int64  `wire:"5"`
+	Failed      bool   `wire:"6"`
 }

@@ -323,3 +323,54 @@ func (m *DmThinSnapshotRequest) decodeWire(d *wire.Decoder) error {
 	}
 	return nil
 }
+
+// AppendWire appends the wire encoding of m to b. Zero fields are omitted.
+func (m *DmThinStatus) AppendWire(b []byte) []byte {
+	if m == nil {
+		return b
+	}
+	b = wire.AppendBool(b, 1, m.Exists)
+	b = wire.AppendBool(b, 2, m.Active)
+	b = wire.AppendString(b, 3, m.Path)
+	b = wire.AppendInt64(b, 4, m.SizeBytes)
+	b = wire.AppendInt64(b, 5, m.MappedBytes)
+	b = wire.AppendBool(b, 6, m.Failed)
+	return b
+}
+
+// UnmarshalWire sets m to the message encoded in b, skipping unknown fields.
+func (m *DmThinStatus) UnmarshalWire(b []byte) error {
+	d := wire.NewDecoder(b)
+	return m.decodeWire(&d)
+}
+
+// decodeWire is UnmarshalWire on a Decoder shared with the enclosing message.
+func (m *DmThinStatus) decodeWire(d *wire.Decoder) error {
+	*m = DmThinStatus{}
+	for !d.Done() {
+		field, typ, err := d.Next()
+		if err != nil {
+			return wire.Wrap("DmThinStatus", 0, err)
+		}
+		switch field {
+		case 1:
+			m.Exists, err = d.Bool(typ)
+		case 2:
+			m.Active, err = d.Bool(typ)
+		case 3:
+			m.Path, err = d.String(typ)
+		case 4:
+			m.SizeBytes, err = d.Int64(typ)
+		case 5:
+			m.MappedBytes, err = d.Int64(typ)
+		case 6:
+			m.Failed, err = d.Bool(typ)
+		default:
+			err = d.Skip(field, typ)
+		}
+		if err != nil {
+			return wire.Wrap("DmThinStatus", field, err)
+		}
+	}
+	return nil
+}

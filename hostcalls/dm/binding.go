@@ -32,6 +32,7 @@ func Bindings() []hostcalls.Func {
 		hostcalls.Typed(Family, abi.HostCallDmThinDeactivate, thinIDCall((*Pool).DeactivateThin)),
 		hostcalls.Typed(Family, abi.HostCallDmThinDelete, thinIDCall((*Pool).DeleteThin)),
 		hostcalls.Typed(Family, abi.HostCallDmThinSnapshot, thinSnapshot),
+		hostcalls.Typed(Family, abi.HostCallDmThinStatus, thinStatus),
 	}
 }
 
@@ -203,6 +204,19 @@ func thinSnapshot(ctx context.Context, env *hostcalls.Env, req *abi.DmThinSnapsh
 		return nil, err
 	}
 	return &abi.Empty{}, p.Snapshot(ctx, req.OriginID, req.SnapshotID)
+}
+
+func thinStatus(ctx context.Context, env *hostcalls.Env, req *abi.DmThinRequest) (*abi.DmThinStatus, error) {
+	p, err := attach(ctx, env, req.Pool)
+	if err != nil {
+		return nil, err
+	}
+	st, err := p.ThinState(ctx, req.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &abi.DmThinStatus{Exists: st.Exists, Active: st.Active, Path: st.Path, SizeBytes: int64(st.Sectors * SectorSize),
+		MappedBytes: int64(st.MappedSectors * SectorSize), Failed: st.Failed}, nil
 }
 
 func attach(ctx context.Context, env *hostcalls.Env, pool string) (*Pool, error) {

@@ -39,7 +39,7 @@ func TestBindingsNames(t *testing.T) {
 	}
 	slices.Sort(names)
 	want := []string{abi.HostCallDmPoolOpen, abi.HostCallDmPoolStatus, abi.HostCallDmThinActivate, abi.HostCallDmThinCreate,
-		abi.HostCallDmThinDeactivate, abi.HostCallDmThinDelete, abi.HostCallDmThinResize, abi.HostCallDmThinSnapshot}
+		abi.HostCallDmThinDeactivate, abi.HostCallDmThinDelete, abi.HostCallDmThinResize, abi.HostCallDmThinSnapshot, abi.HostCallDmThinStatus}
 	slices.Sort(want)
 	if !slices.Equal(names, want) {
 		t.Errorf("bindings %v\nwant     %v", names, want)

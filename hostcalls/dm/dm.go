@@ -6,9 +6,11 @@
 // Every device name passes through Confine: a Mapper handles only names
 // that start with one of the prefixes the operator granted, so a module can
 // never touch another module's devices, LVM's or the system's. The package
-// must never run dmsetup or any other program, never use cgo, and never
-// depend on udev: when udev is absent it keeps /dev/mapper/<name> itself,
-// as libdevmapper does with DM_DISABLE_UDEV=1.
+// must never run dmsetup, never use cgo, and never depend on udev: when
+// udev is absent it keeps /dev/mapper/<name> itself, as libdevmapper does
+// with DM_DISABLE_UDEV=1. The one program it runs is thin_dump or
+// thin_delta, to read which blocks thin devices map (metadata.go): the
+// kernel does not say, and no library reads the pool's metadata.
 //
 // Callers serialise operations on one device (the host's per-volume lock);
 // the kernel serialises the rest.
@@ -129,6 +131,36 @@ func (m *Mapper) Create(ctx context.Context, name string, table []Target) (strin
 		return "", err
 	}
 	return m.Path(name), nil
+}
+
+// Accepts asks the kernel whether it takes table, without activating
+// anything: it loads the table into a new device called name, which never
+// gets a node or a live table, and removes that device again. It returns
+// the load's error (nil: accepted); AlreadyExists when name is in use.
+// Loading runs the targets' constructors, which is how a caller learns,
+// say, whether a thin pool holds an id without activating the volume.
+func (m *Mapper) Accepts(ctx context.Context, name string, table []Target) (err error) {
+	if err := m.confine(name); err != nil {
+		return err
+	}
+	data, err := marshalTargets(table)
+	if err != nil {
+		return fmt.Errorf("dm probe %s: %w", name, err)
+	}
+	_, err = m.ioctl(ctx, &request{cmd: unix.DM_DEV_CREATE, name: name, eventNr: udevCookie})
+	if errors.Is(err, unix.EBUSY) {
+		return abi.Errorf(abi.AlreadyExists, "dm probe "+name+": device exists")
+	}
+	if err != nil {
+		return wrapErr("probe", name, err)
+	}
+	defer func() {
+		if rerr := m.Remove(context.WithoutCancel(ctx), name); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("dm probe %s: remove: %w", name, rerr))
+		}
+	}()
+	_, err = m.do(ctx, "load", name, &request{cmd: unix.DM_TABLE_LOAD, name: name, targetCount: uint32(len(table)), data: data})
+	return err
 }
 
 // Reload loads table into device name's inactive slot; Resume makes it

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -517,6 +518,71 @@ func ParseThinStatus(text string) (ThinStatus, error) {
 		s.HighestMapped = h
 	}
 	return s, nil
+}
+
+// ThinState is what the kernel knows of one thin id of a pool.
+type ThinState struct {
+	// Exists: the pool's metadata holds the id.
+	Exists bool
+	// Active: a thin device serves the id as <pool>-<id>; Path, Sectors,
+	// MappedSectors and Failed describe it.
+	Active        bool
+	Path          string
+	Sectors       uint64
+	MappedSectors uint64
+	Failed        bool
+}
+
+// probeTries bounds how often ThinState retries a probe whose device name
+// another probe of the same id holds at that moment.
+const probeTries = 5
+
+// ThinState reports whether thin id exists and whether it is active,
+// changing nothing. An active device answers from its table and status;
+// for an inactive id the kernel is asked to load a thin table for it into
+// a device that is never activated (Mapper.Accepts): it refuses an id the
+// metadata lacks (ENODATA), without the id ever serving I/O.
+func (p *Pool) ThinState(ctx context.Context, id uint32) (ThinState, error) {
+	if err := p.checkThin(id, 1); err != nil {
+		return ThinState{}, err
+	}
+	name := p.ThinName(id)
+	info, err := p.m.Info(ctx, name)
+	if err != nil {
+		return ThinState{}, err
+	}
+	if info.Exists && info.LiveTable {
+		table, err := p.m.Table(ctx, name)
+		if err != nil {
+			return ThinState{}, err
+		}
+		if len(table) == 1 && table[0].Type == "thin" && table[0].Params == p.dev+" "+itoa(id) {
+			st, err := p.ThinStatus(ctx, id)
+			if err != nil {
+				return ThinState{}, err
+			}
+			return ThinState{Exists: true, Active: true, Path: p.m.Path(name), Sectors: Size(table),
+				MappedSectors: st.MappedSectors, Failed: st.Failed}, nil
+		}
+	}
+	probe := name + "-probe"
+	for try := 1; ; try++ {
+		err := p.m.Accepts(ctx, probe, p.thinTable(id, p.BlockSectors))
+		switch {
+		case err == nil:
+			return ThinState{Exists: true}, nil
+		case abi.CodeOf(err) == abi.NotFound:
+			return ThinState{}, nil
+		case abi.CodeOf(err) == abi.AlreadyExists && try < probeTries:
+			select {
+			case <-ctx.Done():
+				return ThinState{}, ctx.Err()
+			case <-time.After(time.Duration(try) * 5 * time.Millisecond):
+			}
+		default:
+			return ThinState{}, fmt.Errorf("dm thin state %s: %w", name, err)
+		}
+	}
 }
 
 func fraction(s string) (uint64, uint64, error) {

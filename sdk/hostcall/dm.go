@@ -47,3 +47,10 @@ func DmThinResize(req *abi.DmThinRequest) error {
 func DmThinSnapshot(req *abi.DmThinSnapshotRequest) error {
 	return call(dmThinSnapshot, abi.HostCallDmThinSnapshot, req, nil)
 }
+
+// DmThinStatus answers whether a thin volume exists, whether it is active
+// and how much of it is mapped (dm_thin_status).
+func DmThinStatus(req *abi.DmThinRequest) (*abi.DmThinStatus, error) {
+	resp := new(abi.DmThinStatus)
+	return resp, call(dmThinStatus, abi.HostCallDmThinStatus, req, resp)
+}

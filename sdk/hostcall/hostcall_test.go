@@ -121,6 +121,10 @@ func wrapperCases() []wrapperCase {
 				return ret(hostcall.DmThinSnapshot(&abi.DmThinSnapshotRequest{Pool: "wasmcsi-pool", OriginID: 4, SnapshotID: 5}))
 			}, nil},
 
+		{abi.HostCallDmThinStatus, thin, &abi.DmThinStatus{Exists: true, Active: true, Path: "/dev/mapper/wasmcsi-thin-4", SizeBytes: 1 << 30, MappedBytes: 4 << 20},
+			func() (any, error) { return val(hostcall.DmThinStatus(thin)) },
+			&abi.DmThinStatus{Exists: true, Active: true, Path: "/dev/mapper/wasmcsi-thin-4", SizeBytes: 1 << 30, MappedBytes: 4 << 20}},
+
 		{abi.HostCallIscsiLogin, lun, &abi.IscsiLoginResponse{Device: "/dev/sdb"},
 			func() (any, error) { return val(hostcall.IscsiLogin(lun)) }, &abi.IscsiLoginResponse{Device: "/dev/sdb"}},
 		{abi.HostCallIscsiLogout, lun, nil, func() (any, error) { return ret(hostcall.IscsiLogout(lun)) }, nil},

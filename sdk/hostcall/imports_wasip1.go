@@ -183,6 +183,12 @@ func dmThinSnapshot(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLi
 	return dmThinSnapshotImport(req, reqLen, out, outLimit)
 }
 
+//go:wasmimport wasmcsi dm_thin_status
+func dmThinStatusImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dmThinStatus(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dmThinStatusImport(req, reqLen, out, outLimit)
+}
+
 //go:wasmimport wasmcsi iscsi_login
 func iscsiLoginImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
 func iscsiLogin(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
