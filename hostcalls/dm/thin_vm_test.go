@@ -363,3 +363,156 @@ func TestThinOpTimes(t *testing.T) {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func sizeOf(t *testing.T, path string) uint64 { return size(t, path) }
+
+// TestThinState: an active thin reports its device, size and mapped
+// sectors; an inactive one exists without being activated by the
+// question; a deleted one does not exist; no probe device is left behind.
+func TestThinState(t *testing.T) {
+	p := newPool(t, "state")
+	ctx := context.Background()
+	state := func(id uint32) ThinState {
+		t.Helper()
+		st, err := p.ThinState(ctx, id)
+		if err != nil {
+			t.Fatalf("ThinState(%d): %v", id, err)
+		}
+		return st
+	}
+	const size = 32 * mib / SectorSize
+	path, err := p.CreateThin(ctx, 4, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{1}, 64<<10), 1*mib); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if st := state(4); !st.Exists || !st.Active || st.Path != path || st.Sectors != size || st.MappedSectors != testBlock || st.Failed {
+		t.Fatalf("active thin: %+v, want active at %s with %d sectors, %d mapped", st, path, size, testBlock)
+	}
+	if err := p.DeactivateThin(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if st := state(4); !st.Exists || st.Active {
+		t.Fatalf("inactive thin: %+v, want existing and inactive", st)
+	}
+	t.Logf("MEASURE dm thin state (inactive, probe): %v", time.Since(start))
+	if info, err := p.m.Info(ctx, p.ThinName(4)); err != nil || info.Exists {
+		t.Fatalf("asking activated the thin: %+v, %v", info, err)
+	}
+	if st := state(9); st.Exists || st.Active {
+		t.Fatalf("never created thin: %+v", st)
+	}
+	if err := p.DeleteThin(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(4); st.Exists || st.Active {
+		t.Fatalf("deleted thin: %+v", st)
+	}
+	list, err := p.m.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range list {
+		if strings.HasSuffix(d.Name, "-probe") {
+			t.Errorf("probe device %s left behind", d.Name)
+		}
+	}
+}
+
+// TestThinMetadataBlocks: the blocks a live pool's metadata snapshot
+// reports as mapped and as changed between two snapshots are exactly the
+// ones written, read while the pool serves I/O; the snapshot is released
+// afterwards, and concurrent readers of one pool take turns.
+func TestThinMetadataBlocks(t *testing.T) {
+	p := newPool(t, "meta")
+	ctx := context.Background()
+	const block = testBlock * SectorSize
+	path, err := p.CreateThin(ctx, 1, 64*mib/SectorSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(blocks ...int64) {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for _, b := range blocks {
+			if _, err := f.WriteAt(bytes.Repeat([]byte{byte(b + 1)}, 4096), b*block+512); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ranges := func(run func(emit func(BlockRange) error) error) []BlockRange {
+		t.Helper()
+		var out []BlockRange
+		if err := run(func(r BlockRange) error { out = append(out, r); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	write(0, 5, 6)
+	if err := p.Snapshot(ctx, 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	write(6, 9)
+	if err := p.Snapshot(ctx, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	write(20) // after both snapshots: in neither
+	start := time.Now()
+	got := ranges(func(emit func(BlockRange) error) error { return p.MappedBlocks(ctx, 2, emit) })
+	t.Logf("MEASURE dm thin mapped blocks (reserve, thin_dump, release): %v", time.Since(start))
+	if want := []BlockRange{{0, 1}, {5, 2}}; !slices.Equal(got, want) {
+		t.Errorf("mapped blocks of the first snapshot %v, want %v", got, want)
+	}
+	if got, want := ranges(func(emit func(BlockRange) error) error { return p.MappedBlocks(ctx, 3, emit) }), []BlockRange{{0, 1}, {5, 2}, {9, 1}}; !slices.Equal(got, want) {
+		t.Errorf("mapped blocks of the second snapshot %v, want %v", got, want)
+	}
+	start = time.Now()
+	got = ranges(func(emit func(BlockRange) error) error { return p.ChangedBlocks(ctx, 2, 3, emit) })
+	t.Logf("MEASURE dm thin changed blocks (reserve, thin_delta, release): %v", time.Since(start))
+	if want := []BlockRange{{6, 1}, {9, 1}}; !slices.Equal(got, want) {
+		t.Errorf("changed blocks between the snapshots %v, want %v", got, want)
+	}
+	if st := p.status(t); st.HeldMetaRoot != "-" {
+		t.Errorf("metadata snapshot still held: %q", st.HeldMetaRoot)
+	}
+	if err := p.MappedBlocks(ctx, 7, func(BlockRange) error { return nil }); abi.CodeOf(err) != abi.NotFound {
+		t.Errorf("mapped blocks of a missing id: %v, want NOT_FOUND", err)
+	}
+
+	// A snapshot left held (a reader that died) is released and taken
+	// again; concurrent readers of the pool take turns.
+	if _, err := p.m.Message(ctx, p.Name, 0, "reserve_metadata_snap"); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			var n int
+			errs <- p.ChangedBlocks(ctx, 2, 3, func(BlockRange) error { n++; return nil })
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent reader: %v", err)
+		}
+	}
+	if st := p.status(t); st.HeldMetaRoot != "-" {
+		t.Errorf("metadata snapshot held after concurrent readers: %q", st.HeldMetaRoot)
+	}
+}
