@@ -351,12 +351,20 @@ type SnapshotDataRequest struct {
 	Snapshot SnapshotRef `wire:"1"`
 }
 
-// SnapshotDataResponse names a file (in a granted root) or block device
-// holding the snapshot's data; the host computes allocated and changed
-// ranges from it.
+// SnapshotDataResponse says where a snapshot's data is, for the host to
+// compute its allocated ranges and the ranges changed since an older
+// snapshot: either a file in a granted root (Path), whose data segments
+// and differing blocks the host reads, or a thin device of a
+// device-mapper thin pool the module opened (ThinPool and ThinID, with the
+// dm grant), whose mapped and changed blocks the host reads from the
+// pool's metadata; ranges then come in the pool's blocks and BlockSize is
+// ignored. Changed ranges are computed only between two snapshots of the
+// same kind (and, for thin devices, of one pool).
 type SnapshotDataResponse struct {
 	Path      string `wire:"1"`
 	SizeBytes int64  `wire:"2"`
-	// BlockSize is the granularity of reported ranges; 0 = 4096.
-	BlockSize int64 `wire:"3"`
+	// BlockSize is the granularity of a file's reported ranges; 0 = 4096.
+	BlockSize int64  `wire:"3"`
+	ThinPool  string `wire:"4"`
+	ThinID    uint32 `wire:"5"`
 }

@@ -1646,6 +1646,8 @@ func (m *SnapshotDataResponse) AppendWire(b []byte) []byte {
 	b = wire.AppendString(b, 1, m.Path)
 	b = wire.AppendInt64(b, 2, m.SizeBytes)
 	b = wire.AppendInt64(b, 3, m.BlockSize)
+	b = wire.AppendString(b, 4, m.ThinPool)
+	b = wire.AppendUint32(b, 5, m.ThinID)
 	return b
 }
 
@@ -1670,6 +1672,10 @@ func (m *SnapshotDataResponse) decodeWire(d *wire.Decoder) error {
 			m.SizeBytes, err = d.Int64(typ)
 		case 3:
 			m.BlockSize, err = d.Int64(typ)
+		case 4:
+			m.ThinPool, err = d.String(typ)
+		case 5:
+			m.ThinID, err = d.Uint32(typ)
 		default:
 			err = d.Skip(field, typ)
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -12,27 +14,49 @@ import (
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/host/state"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/dm"
 	"github.com/wasmcsi/wasmcsi/hostcalls/filepool"
 )
 
-// The SnapshotMetadata service. A backend's snapshot_data names the file
-// that holds a snapshot's data (inside its granted roots); the host lists
-// the file's allocated ranges (SEEK_DATA/SEEK_HOLE) or the ranges whose
-// contents differ between two snapshots, and streams them in messages of at
-// most max_results entries.
+// The SnapshotMetadata service. A backend's snapshot_data says where a
+// snapshot's data is: a file inside its granted roots, whose allocated
+// ranges (SEEK_DATA/SEEK_HOLE) or ranges whose contents differ between two
+// snapshots the host lists, or a thin device of a device-mapper thin pool
+// the module may use, whose mapped or changed blocks the host reads from
+// the pool's metadata (hostcalls/dm). Either way the ranges stream in
+// messages of at most max_results entries.
 
 // defaultMaxResults is the batch size when the CO leaves max_results 0.
 const defaultMaxResults = 256
 
-// snapshotSource resolves a snapshot ID to its data file's pool and name.
-func (s *Server) snapshotSource(ctx context.Context, id string) (*filepool.Pool, string, int64, int64, error) {
+// snapshotSource is where one snapshot's data is: a file (pool, name) or
+// a thin device (thin, thinID).
+type snapshotSource struct {
+	size int64
+	// A file of a pool, read in blocks of blockSize.
+	pool      *filepool.Pool
+	name      string
+	blockSize int64
+	// A thin device of a pool; ranges come in the pool's blocks.
+	thin   *dm.Pool
+	thinID uint32
+}
+
+func (src *snapshotSource) close() {
+	if src.pool != nil {
+		src.pool.Close()
+	}
+}
+
+// snapshotSource resolves a snapshot ID to where its data is.
+func (s *Server) snapshotSource(ctx context.Context, id string) (*snapshotSource, error) {
 	sn, err := s.store.GetSnapshot(id)
 	if err != nil {
-		return nil, "", 0, 0, notFoundOr(err, "snapshot %q", id)
+		return nil, notFoundOr(err, "snapshot %q", id)
 	}
 	b, ok := s.backends.Load().get(sn.Backend)
 	if !ok {
-		return nil, "", 0, 0, errf(codes.FailedPrecondition, "backend %q of snapshot %q is not loaded", sn.Backend, id)
+		return nil, errf(codes.FailedPrecondition, "backend %q of snapshot %q is not loaded", sn.Backend, id)
 	}
 	var src *state.Volume
 	if v, err := s.store.GetVolume(sn.SourceVolumeID); err == nil {
@@ -40,25 +64,105 @@ func (s *Server) snapshotSource(ctx context.Context, id string) (*filepool.Pool,
 	}
 	var resp abi.SnapshotDataResponse
 	if err := b.call(ctx, abi.OpSnapshotData, &abi.SnapshotDataRequest{Snapshot: snapshotRef(&sn, src)}, &resp); err != nil {
-		return nil, "", 0, 0, err
-	}
-	path, err := hostcalls.Confine(b.mod.Grant().Roots, resp.Path, false)
-	if err != nil {
-		return nil, "", 0, 0, errf(codes.Internal, "backend %q named snapshot data %q outside its roots", b.name, resp.Path)
-	}
-	pool, err := filepool.Open(filepath.Dir(path))
-	if err != nil {
-		return nil, "", 0, 0, err
+		return nil, err
 	}
 	size := resp.SizeBytes
 	if size == 0 {
 		size = sn.SizeBytes
 	}
+	if resp.ThinPool != "" {
+		pool, err := s.thinPool(ctx, b, resp.ThinPool)
+		if err != nil {
+			return nil, err
+		}
+		return &snapshotSource{size: size, thin: pool, thinID: resp.ThinID}, nil
+	}
+	path, err := hostcalls.Confine(b.mod.Grant().Roots, resp.Path, false)
+	if err != nil {
+		return nil, errf(codes.Internal, "backend %q named snapshot data %q outside its roots", b.name, resp.Path)
+	}
+	pool, err := filepool.Open(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
 	bs := resp.BlockSize
 	if bs <= 0 {
 		bs = 4096
 	}
-	return pool, filepath.Base(path), size, bs, nil
+	return &snapshotSource{size: size, pool: pool, name: filepath.Base(path), blockSize: bs}, nil
+}
+
+// thinPool opens the thin pool a backend named, under the device-mapper
+// name prefixes of its dm grant: a backend without that grant cannot have
+// made thin devices, and one with it reaches only its own pools.
+func (s *Server) thinPool(ctx context.Context, b *backend, name string) (*dm.Pool, error) {
+	g := b.mod.Grant()
+	var prefixes []string
+	for _, r := range g.Roots {
+		if !strings.HasPrefix(r, "/") {
+			prefixes = append(prefixes, r)
+		}
+	}
+	if !slices.Contains(g.HostCalls, dm.Family) || len(prefixes) == 0 {
+		return nil, errf(codes.Internal, "backend %q named thin pool %q without a dm grant", b.name, name)
+	}
+	m, err := dm.New(prefixes...)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := m.AttachPool(ctx, name)
+	if abi.CodeOf(err) == abi.PermissionDenied || abi.CodeOf(err) == abi.InvalidArgument {
+		return nil, errf(codes.Internal, "backend %q named thin pool %q outside its grants: %v", b.name, name, err)
+	}
+	return pool, err
+}
+
+// rangeSender batches ranges into messages of at most max entries and
+// sends at least one message, empty when there is nothing to report.
+type rangeSender struct {
+	max   int
+	batch []*csi.BlockMetadata
+	sent  bool
+	send  func([]*csi.BlockMetadata) error
+}
+
+func (r *rangeSender) add(off, length int64) error {
+	r.batch = append(r.batch, &csi.BlockMetadata{ByteOffset: off, SizeBytes: length})
+	if len(r.batch) < r.max {
+		return nil
+	}
+	return r.flush()
+}
+
+func (r *rangeSender) flush() error {
+	batch := r.batch
+	r.batch, r.sent = nil, true
+	return r.send(batch)
+}
+
+func (r *rangeSender) finish() error {
+	if len(r.batch) > 0 || !r.sent {
+		return r.flush()
+	}
+	return nil
+}
+
+// thinRanges streams a thin device's block ranges (from list) as byte
+// ranges from off on, cut at the volume's size.
+func thinRanges(ctx context.Context, pool *dm.Pool, off, size int64, out *rangeSender, list func(emit func(dm.BlockRange) error) error) error {
+	bs := int64(pool.BlockSectors * dm.SectorSize)
+	err := list(func(r dm.BlockRange) error {
+		start, end := int64(r.Begin)*bs, min(int64(r.End())*bs, size)
+		start = max(start, off)
+		if start >= end {
+			return nil
+		}
+		return out.add(start, end-start)
+	})
+	if err != nil {
+		return err
+	}
+	return out.finish()
 }
 
 func batch(max int32) int {
@@ -85,14 +189,25 @@ func (s *Server) GetMetadataAllocated(req *csi.GetMetadataAllocatedRequest, stre
 	if req.GetMaxResults() < 0 {
 		return errf(codes.InvalidArgument, "max_results is negative")
 	}
-	pool, name, size, _, err := s.snapshotSource(ctx, req.GetSnapshotId())
+	src, err := s.snapshotSource(ctx, req.GetSnapshotId())
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer src.close()
+	pool, name, size := src.pool, src.name, src.size
 	off := req.GetStartingOffset()
 	if off < 0 || off > size {
 		return errf(codes.OutOfRange, "starting_offset %d outside the volume's %d bytes", off, size)
+	}
+	if src.thin != nil {
+		out := &rangeSender{max: batch(req.GetMaxResults()), send: func(bm []*csi.BlockMetadata) error {
+			return stream.Send(&csi.GetMetadataAllocatedResponse{
+				BlockMetadataType: csi.BlockMetadataType_VARIABLE_LENGTH, VolumeCapacityBytes: size, BlockMetadata: bm,
+			})
+		}}
+		return thinRanges(ctx, src.thin, off, size, out, func(emit func(dm.BlockRange) error) error {
+			return src.thin.MappedBlocks(ctx, src.thinID, emit)
+		})
 	}
 	for {
 		rs, next, err := pool.AllocatedRanges(ctx, name, off, batch(req.GetMaxResults()))
@@ -151,23 +266,39 @@ func (s *Server) GetMetadataDelta(req *csi.GetMetadataDeltaRequest, stream csi.S
 	if err := s.checkDeltaPair(req.GetBaseSnapshotId(), req.GetTargetSnapshotId()); err != nil {
 		return err
 	}
-	base, baseName, _, _, err := s.snapshotSource(ctx, req.GetBaseSnapshotId())
+	baseSrc, err := s.snapshotSource(ctx, req.GetBaseSnapshotId())
 	if err != nil {
 		return err
 	}
-	defer base.Close()
-	target, targetName, size, bs, err := s.snapshotSource(ctx, req.GetTargetSnapshotId())
+	defer baseSrc.close()
+	targetSrc, err := s.snapshotSource(ctx, req.GetTargetSnapshotId())
 	if err != nil {
 		return err
 	}
-	defer target.Close()
-	if base.Root() != target.Root() {
+	defer targetSrc.close()
+	size := targetSrc.size
+	off := req.GetStartingOffset()
+	if (baseSrc.thin != nil) != (targetSrc.thin != nil) ||
+		(baseSrc.thin != nil && baseSrc.thin.Name != targetSrc.thin.Name) ||
+		(baseSrc.pool != nil && baseSrc.pool.Root() != targetSrc.pool.Root()) {
 		return errf(codes.InvalidArgument, "snapshots %q and %q are not in one pool", req.GetBaseSnapshotId(), req.GetTargetSnapshotId())
 	}
-	off := req.GetStartingOffset()
 	if off < 0 || off > size {
 		return errf(codes.OutOfRange, "starting_offset %d outside the volume's %d bytes", off, size)
 	}
+	if targetSrc.thin != nil {
+		pool := targetSrc.thin
+		off -= off % int64(pool.BlockSectors*dm.SectorSize)
+		out := &rangeSender{max: batch(req.GetMaxResults()), send: func(bm []*csi.BlockMetadata) error {
+			return stream.Send(&csi.GetMetadataDeltaResponse{
+				BlockMetadataType: csi.BlockMetadataType_VARIABLE_LENGTH, VolumeCapacityBytes: size, BlockMetadata: bm,
+			})
+		}}
+		return thinRanges(ctx, pool, off, size, out, func(emit func(dm.BlockRange) error) error {
+			return pool.ChangedBlocks(ctx, baseSrc.thinID, targetSrc.thinID, emit)
+		})
+	}
+	baseName, target, targetName, bs := baseSrc.name, targetSrc.pool, targetSrc.name, targetSrc.blockSize
 	off -= off % bs
 	first := true
 	for {
