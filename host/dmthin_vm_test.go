@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -340,5 +341,224 @@ func TestDmthinGroupSnapshotWriteOrder(t *testing.T) {
 		if info, err := m.Info(ctx, dev.Name); err != nil || info.Suspended {
 			t.Errorf("%s after the group snapshot: %+v, %v", dev.Name, info, err)
 		}
+	}
+}
+
+// dmthinBlockVolume creates a block volume, stages and publishes it, and
+// returns it with the published device node; unpublish and unstage are
+// registered as cleanups.
+func dmthinBlockVolume(t *testing.T, d *daemon, name string, size int64) (*csi.Volume, string, string) {
+	t.Helper()
+	ctx := context.Background()
+	ctl, node := d.controller(), d.node()
+	vol := timed(t, "CreateVolume (block)", func() (*csi.CreateVolumeResponse, error) {
+		return ctl.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: []*csi.VolumeCapability{blockAccess},
+			CapacityRange: &csi.CapacityRange{RequiredBytes: size}})
+	}).GetVolume()
+	work := t.TempDir()
+	staging, target := filepath.Join(work, "staging"), filepath.Join(work, "pub", "dev")
+	timed(t, "NodeStageVolume (block)", func() (*csi.NodeStageVolumeResponse, error) {
+		return node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: vol.GetVolumeId(), StagingTargetPath: staging,
+			VolumeCapability: blockAccess, VolumeContext: vol.GetVolumeContext()})
+	})
+	timed(t, "NodePublishVolume (block)", func() (*csi.NodePublishVolumeResponse, error) {
+		return node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: vol.GetVolumeId(), StagingTargetPath: staging,
+			TargetPath: target, VolumeCapability: blockAccess, VolumeContext: vol.GetVolumeContext()})
+	})
+	t.Cleanup(func() {
+		node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol.GetVolumeId(), TargetPath: target})
+		node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol.GetVolumeId(), StagingTargetPath: staging})
+	})
+	return vol, staging, target
+}
+
+// TestDmthinSnapshotMetadata: the SnapshotMetadata service reports exactly
+// the pool blocks written to a volume before each snapshot, and exactly the
+// ones written between two snapshots, read from the pool's metadata while
+// the volume stays in use.
+func TestDmthinSnapshotMetadata(t *testing.T) {
+	d := dmthinDaemon(t, moduletest.Go, "smd", 256<<20)
+	ctx := context.Background()
+	ctl := d.controller()
+	const size, blk = 16 << 20, 64 << 10 // the pool's default block size
+	vol, _, dev := dmthinBlockVolume(t, d, "smd-vol", size)
+	snapshot := func(name string) string {
+		t.Helper()
+		id := timed(t, "CreateSnapshot", func() (*csi.CreateSnapshotResponse, error) {
+			return ctl.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: vol.GetVolumeId()})
+		}).GetSnapshot().GetSnapshotId()
+		t.Cleanup(func() { ctl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: id}) })
+		return id
+	}
+	// Partial writes too: a pool block is mapped whole.
+	write(t, dev, 0, 4096, 1)
+	write(t, dev, 5*blk, 2*blk, 2)
+	a := snapshot("smd-a")
+	write(t, dev, 6*blk+512, 1024, 3)
+	write(t, dev, 9*blk, blk, 4)
+	b := snapshot("smd-b")
+	write(t, dev, 20*blk, blk, 5) // after both snapshots
+
+	c := csi.NewSnapshotMetadataClient(d.conn)
+	flat := func(what string, msgs []mdMessage, err error) []mdRange {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		out := []mdRange{}
+		for _, m := range msgs {
+			if m.typ != csi.BlockMetadataType_VARIABLE_LENGTH || m.capacity != size {
+				t.Errorf("%s: message type %v capacity %d", what, m.typ, m.capacity)
+			}
+			out = append(out, m.ranges...)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		snap string
+		from int64
+		max  int32
+		want []mdRange
+	}{
+		{a, 0, 0, []mdRange{{0, blk}, {5 * blk, 2 * blk}}},
+		{b, 0, 0, []mdRange{{0, blk}, {5 * blk, 2 * blk}, {9 * blk, blk}}},
+		{b, 5*blk + 100, 1, []mdRange{{5*blk + 100, 2*blk - 100}, {9 * blk, blk}}},
+	} {
+		var msgs []mdMessage
+		var err error
+		dmthintest.Timed(t, "csi GetMetadataAllocated", func() {
+			msgs, err = mdAllocated(ctx, c, &csi.GetMetadataAllocatedRequest{SnapshotId: tc.snap, StartingOffset: tc.from, MaxResults: tc.max})
+		})
+		if got := flat("allocated", msgs, err); !slices.Equal(got, tc.want) {
+			t.Errorf("allocated of %s from %d: %v, want %v", tc.snap, tc.from, got, tc.want)
+		}
+		if tc.max == 1 && len(msgs) != len(tc.want) {
+			t.Errorf("max_results 1: %d messages for %d ranges", len(msgs), len(tc.want))
+		}
+	}
+	var msgs []mdMessage
+	var err error
+	dmthintest.Timed(t, "csi GetMetadataDelta", func() {
+		msgs, err = mdDelta(ctx, c, &csi.GetMetadataDeltaRequest{BaseSnapshotId: a, TargetSnapshotId: b})
+	})
+	if got, want := flat("delta", msgs, err), []mdRange{{6 * blk, blk}, {9 * blk, blk}}; !slices.Equal(got, want) {
+		t.Errorf("delta a -> b: %v, want %v", got, want)
+	}
+	// From an offset inside a block: from that block on.
+	msgs, err = mdDelta(ctx, c, &csi.GetMetadataDeltaRequest{BaseSnapshotId: a, TargetSnapshotId: b, StartingOffset: 7*blk + 100, MaxResults: 1})
+	if got, want := flat("delta a -> b from block 7", msgs, err), []mdRange{{9 * blk, blk}}; !slices.Equal(got, want) || len(msgs) != 1 {
+		t.Errorf("delta a -> b from block 7: %d messages, ranges %v; want %v", len(msgs), got, want)
+	}
+}
+
+// healthReasons returns the reasons of a volume health report.
+func healthReasons(vh *csi.VolumeHealth) []string {
+	var out []string
+	for _, e := range vh.GetHealthStatuses() {
+		out = append(out, e.GetReason())
+	}
+	return out
+}
+
+// TestDmthinVolumeHealthPoolFull: a volume of a pool filled to the last
+// block reports the pool low on data, and once a write found no free block
+// (out_of_data_space), out of data space, on the controller and the node.
+func TestDmthinVolumeHealthPoolFull(t *testing.T) {
+	const mib, pool = 1 << 20, 8 << 20
+	d := dmthinDaemon(t, moduletest.Go, "full", pool)
+	ctx := context.Background()
+	// Writes to a full pool queue for no_space_timeout seconds before they
+	// fail; a second keeps the test short.
+	const timeout = "/sys/module/dm_thin_pool/parameters/no_space_timeout"
+	if old, err := os.ReadFile(timeout); err == nil {
+		if err := os.WriteFile(timeout, []byte("1"), 0); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.WriteFile(timeout, old, 0) })
+	}
+	vol, staging, dev := dmthinBlockVolume(t, d, "full-vol", 32*mib)
+	controller := func() []string {
+		t.Helper()
+		return healthReasons(timed(t, "ControllerGetVolumeHealth", func() (*csi.ControllerGetVolumeHealthResponse, error) {
+			return d.controller().ControllerGetVolumeHealth(ctx, &csi.ControllerGetVolumeHealthRequest{VolumeId: vol.GetVolumeId()})
+		}).GetVolumeHealth())
+	}
+	node := func() []string {
+		t.Helper()
+		return healthReasons(timed(t, "NodeGetVolumeHealth", func() (*csi.NodeGetVolumeHealthResponse, error) {
+			return d.node().NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: vol.GetVolumeId(), StagingTargetPath: staging})
+		}).GetVolumeHealth())
+	}
+	if got := controller(); len(got) != 0 {
+		t.Fatalf("an empty volume: %v", got)
+	}
+	write(t, dev, 0, pool, 1)
+	if got := controller(); !slices.Equal(got, []string{"PoolDataLow"}) {
+		t.Errorf("pool full to the last block: %v, want PoolDataLow", got)
+	}
+	// One block more than the pool has.
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, werr := f.WriteAt(make([]byte, 64<<10), pool)
+	if werr == nil {
+		werr = f.Sync()
+	}
+	f.Close()
+	if werr == nil {
+		t.Fatal("a write past the full pool succeeded")
+	}
+	for what, got := range map[string][]string{"controller": controller(), "node": node()} {
+		if !slices.Contains(got, "PoolOutOfDataSpace") {
+			t.Errorf("%s health after a write found no free block: %v, want PoolOutOfDataSpace", what, got)
+		}
+	}
+}
+
+// TestDmthinVolumeHealthDeviceMissing: a staged volume whose device is
+// removed behind the daemon's back reports it missing on the node, and
+// once its thin device is deleted from the pool, lost on the controller.
+func TestDmthinVolumeHealthDeviceMissing(t *testing.T) {
+	d := dmthinDaemon(t, moduletest.Go, "gone", 64<<20)
+	ctx := context.Background()
+	vol, staging, dev := dmthinBlockVolume(t, d, "gone-vol", 16<<20)
+	write(t, dev, 0, 1<<20, 1)
+	ctxv := vol.GetVolumeContext()
+	name := ctxv["pool"] + "-" + ctxv["thinID"]
+	m, err := dm.New(ctxv["pool"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := func() *csi.VolumeHealth {
+		t.Helper()
+		return timed(t, "NodeGetVolumeHealth", func() (*csi.NodeGetVolumeHealthResponse, error) {
+			return d.node().NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: vol.GetVolumeId(), StagingTargetPath: staging})
+		}).GetVolumeHealth()
+	}
+	controller := func() *csi.VolumeHealth {
+		t.Helper()
+		return timed(t, "ControllerGetVolumeHealth", func() (*csi.ControllerGetVolumeHealthResponse, error) {
+			return d.controller().ControllerGetVolumeHealth(ctx, &csi.ControllerGetVolumeHealthRequest{VolumeId: vol.GetVolumeId()})
+		}).GetVolumeHealth()
+	}
+	if got := healthReasons(node()); len(got) != 0 {
+		t.Fatalf("a staged volume: %v", got)
+	}
+	if err := m.Remove(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if got := healthReasons(node()); !slices.Contains(got, "DeviceMissing") {
+		t.Errorf("node health with the staged device removed: %v, want DeviceMissing", got)
+	}
+	if got := healthReasons(controller()); len(got) != 0 {
+		t.Errorf("controller health of an inactive volume: %v", got)
+	}
+	if _, err := m.Message(ctx, ctxv["pool"], 0, "delete "+ctxv["thinID"]); err != nil {
+		t.Fatal(err)
+	}
+	vh := controller()
+	if got := healthReasons(vh); !slices.Equal(got, []string{"ThinDeviceDeleted"}) || vh.GetHealthStatuses()[0].GetStatus() != csi.VolumeHealthErrorType_DATA_LOSS {
+		t.Errorf("controller health of a volume deleted from the pool: %v", vh)
 	}
 }

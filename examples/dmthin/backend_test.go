@@ -690,6 +690,89 @@ func TestStorageHealth(t *testing.T) {
 	}
 }
 
+// TestVolumeHealth: the pool's conditions, a thin device deleted behind
+// the daemon's back, and on a node a staged device that is gone or
+// another one.
+func TestVolumeHealth(t *testing.T) {
+	f := newSystem(t)
+	b := configured(t)
+	v := create(t, b, "pvc-health", 32*mib)
+	r := ref(v)
+	id := idOf(t, v.LocalID)
+	reasons := func(req *abi.VolumeHealthRequest) []string {
+		t.Helper()
+		h, err := b.VolumeHealth(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range h.Entries {
+			out = append(out, e.Reason)
+		}
+		return out
+	}
+	controller := &abi.VolumeHealthRequest{Volume: r}
+	if got := reasons(controller); len(got) != 0 {
+		t.Fatalf("a new volume: %v", got)
+	}
+	st, err := b.NodeStage(&abi.NodeStageRequest{Volume: r, StagingPath: "/staging", Capability: blockCap()[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &abi.VolumeHealthRequest{Volume: r, OnNode: true, Device: st.Device}
+	if got := reasons(node); len(got) != 0 {
+		t.Fatalf("a staged volume: %v", got)
+	}
+	if got := reasons(&abi.VolumeHealthRequest{Volume: r, OnNode: true, Device: "/dev/mapper/other"}); !slices.Equal(got, []string{"DeviceChanged"}) {
+		t.Errorf("staged on another device: %v", got)
+	}
+	f.status.OutOfDataSpace, f.status.UsedDataBlocks = true, f.status.TotalDataBlocks
+	if got := reasons(node); !slices.Equal(got, []string{"PoolOutOfDataSpace"}) {
+		t.Errorf("pool out of data space: %v", got)
+	}
+	f.status.OutOfDataSpace, f.status.UsedDataBlocks, f.status.ReadOnly, f.status.NeedsCheck = false, 0, true, true
+	if got := reasons(controller); !slices.Equal(got, []string{"PoolNeedsCheck", "PoolReadOnly"}) {
+		t.Errorf("pool read-only, needs check: %v", got)
+	}
+	f.status.ReadOnly, f.status.NeedsCheck = false, false
+	f.thin(id).active = false // removed behind the daemon's back
+	if got := reasons(node); !slices.Equal(got, []string{"DeviceMissing"}) {
+		t.Errorf("staged device removed: %v", got)
+	}
+	if got := reasons(controller); len(got) != 0 {
+		t.Errorf("controller, volume inactive: %v", got)
+	}
+	delete(f.pool.thins, id) // and deleted from the pool
+	h, err := b.VolumeHealth(controller)
+	if err != nil || len(h.Entries) != 1 || h.Entries[0].Reason != "ThinDeviceDeleted" || h.Entries[0].Status != abi.HealthDataLoss {
+		t.Errorf("thin deleted: %+v, %v", h, err)
+	}
+	f.status.Failed = true
+	if got := reasons(controller); !slices.Equal(got, []string{"PoolFailed"}) {
+		t.Errorf("failed pool: %v", got)
+	}
+	if _, err := b.VolumeHealth(&abi.VolumeHealthRequest{Volume: abi.VolumeRef{LocalID: "x-1"}}); abi.CodeOf(err) != abi.NotFound {
+		t.Errorf("not a dmthin volume: %v", err)
+	}
+}
+
+func TestSnapshotData(t *testing.T) {
+	newSystem(t)
+	b := configured(t)
+	v := create(t, b, "pvc-data", 32*mib)
+	sn, err := b.CreateSnapshot(&abi.CreateSnapshotRequest{Name: "snap-data", Source: ref(v)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.SnapshotData(&abi.SnapshotDataRequest{Snapshot: abi.SnapshotRef{LocalID: sn.LocalID, Context: sn.Context, SizeBytes: sn.SizeBytes}})
+	if err != nil || got.ThinPool != testPool || got.ThinID != idOf(t, sn.LocalID) || got.SizeBytes != 32*mib || got.Path != "" {
+		t.Fatalf("snapshot data %+v, %v", got, err)
+	}
+	if _, err := b.SnapshotData(&abi.SnapshotDataRequest{Snapshot: abi.SnapshotRef{LocalID: v.LocalID}}); abi.CodeOf(err) != abi.NotFound {
+		t.Errorf("a volume's ID as a snapshot: %v", err)
+	}
+}
+
 func TestLocalIDs(t *testing.T) {
 	for _, tc := range []struct {
 		kind byte

@@ -297,6 +297,24 @@ func (b *Backend) DeleteSnapshot(req *abi.DeleteSnapshotRequest) error {
 	return b.deleteThin(kindSnapshot, req.Snapshot.LocalID, req.Snapshot.Context, "snapshot")
 }
 
+// SnapshotData names the snapshot's thin device for the SnapshotMetadata
+// service; the host reads its mapped blocks, and the blocks changed since
+// an older snapshot, from the pool's metadata, in the pool's blocks.
+func (b *Backend) SnapshotData(req *abi.SnapshotDataRequest) (*abi.SnapshotDataResponse, error) {
+	if err := b.ready(); err != nil {
+		return nil, err
+	}
+	s := req.Snapshot
+	id, ok := parseLocalID(kindSnapshot, s.LocalID)
+	if !ok {
+		return nil, errorf(abi.NotFound, "snapshot ", s.LocalID, " is not a dmthin snapshot")
+	}
+	if err := b.inPool(s.Context, "snapshot", s.LocalID); err != nil {
+		return nil, err
+	}
+	return &abi.SnapshotDataResponse{ThinPool: b.cfg.pool, ThinID: id, SizeBytes: b.sizeOf(id, s.Context, s.SizeBytes)}, nil
+}
+
 // GetCapacity reports what the pool can still store (see capacity).
 func (b *Backend) GetCapacity(req *abi.GetCapacityRequest) (*abi.GetCapacityResponse, error) {
 	if err := b.ready(); err != nil {

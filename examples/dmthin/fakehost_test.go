@@ -67,6 +67,7 @@ func newFakeSystem() *fakeSystem {
 	moduletest.HandleTyped(h, "dm", abi.HostCallDmThinDelete, guard(f, abi.HostCallDmThinDelete, f.thinDelete))
 	moduletest.HandleTyped(h, "dm", abi.HostCallDmThinResize, guard(f, abi.HostCallDmThinResize, f.thinResize))
 	moduletest.HandleTyped(h, "dm", abi.HostCallDmThinSnapshot, guard(f, abi.HostCallDmThinSnapshot, f.thinSnapshot))
+	moduletest.HandleTyped(h, "dm", abi.HostCallDmThinStatus, guard(f, abi.HostCallDmThinStatus, f.thinStatus))
 	return f
 }
 
@@ -278,6 +279,21 @@ func (f *fakeSystem) thinSnapshot(r *abi.DmThinSnapshotRequest) (*abi.Empty, err
 	}
 	p.thins[r.SnapshotID] = &fakeThin{origin: r.OriginID}
 	return &abi.Empty{}, nil
+}
+
+func (f *fakeSystem) thinStatus(r *abi.DmThinRequest) (*abi.DmThinStatus, error) {
+	p, err := f.poolFor(r.Pool)
+	if err != nil {
+		return nil, err
+	}
+	th, ok := p.thins[r.ID]
+	switch {
+	case !ok:
+		return &abi.DmThinStatus{}, nil
+	case !th.active:
+		return &abi.DmThinStatus{Exists: true}, nil
+	}
+	return &abi.DmThinStatus{Exists: true, Active: true, Path: thinPath(r.Pool, r.ID), SizeBytes: th.size, Failed: f.status.Failed}, nil
 }
 
 // thin returns thin id of the pool, or nil.

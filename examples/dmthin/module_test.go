@@ -40,7 +40,7 @@ func TestBuiltModule(t *testing.T) {
 			if err := m.Call(abi.OpInfo, &abi.Empty{}, &info); err != nil {
 				t.Fatal(err)
 			}
-			for _, op := range []abi.Op{abi.OpCreateVolume, abi.OpExpandVolume, abi.OpCreateSnapshot, abi.OpGetCapacity, abi.OpNodeStage, abi.OpNodeExpand, abi.OpStorageHealth} {
+			for _, op := range []abi.Op{abi.OpCreateVolume, abi.OpExpandVolume, abi.OpCreateSnapshot, abi.OpGetCapacity, abi.OpNodeStage, abi.OpNodeExpand, abi.OpStorageHealth, abi.OpVolumeHealth, abi.OpSnapshotData} {
 				if !slices.Contains(info.Ops, string(op)) {
 					t.Errorf("backend_info lacks %s: %v", op, info.Ops)
 				}

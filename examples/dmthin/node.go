@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 )
@@ -102,9 +104,60 @@ func (b *Backend) StorageHealth() (*abi.HealthResponse, error) {
 	}
 	st, err := b.status()
 	if err != nil {
-		return &abi.HealthResponse{Entries: []abi.HealthEntry{{Status: abi.HealthInaccessible, Reason: "PoolUnreadable", Message: message(err)}}}, nil
+		return unhealthy(abi.HealthInaccessible, "PoolUnreadable", message(err)), nil
 	}
 	return &abi.HealthResponse{Entries: poolHealth(st, b.cfg.pool)}, nil
+}
+
+// VolumeHealth reports what keeps a volume from working: the pool's
+// conditions, which every volume in it shares (failed, read-only, needing
+// a check, out of or low on data or metadata space), its thin device gone
+// from the pool's metadata (its data is lost), and on a node the staged
+// device gone or replaced (removed behind the daemon's back) or failed.
+// Asking activates nothing (dm_thin_status).
+func (b *Backend) VolumeHealth(req *abi.VolumeHealthRequest) (*abi.HealthResponse, error) {
+	if err := b.ready(); err != nil {
+		return nil, err
+	}
+	v := req.Volume
+	id, ok := parseLocalID(kindVolume, v.LocalID)
+	if !ok {
+		return nil, errorf(abi.NotFound, "volume ", v.LocalID, " is not a dmthin volume")
+	}
+	if err := b.inPool(v.Context, "volume", v.LocalID); err != nil {
+		return nil, err
+	}
+	st, err := b.status()
+	if err != nil {
+		return unhealthy(abi.HealthInaccessible, "PoolUnreadable", message(err)), nil
+	}
+	out := &abi.HealthResponse{Entries: poolHealth(st, b.cfg.pool)}
+	if st.Failed {
+		return out, nil // the pool says nothing more about its devices
+	}
+	ts, err := hostcall.DmThinStatus(&abi.DmThinRequest{Pool: b.cfg.pool, ID: id})
+	if err != nil {
+		return nil, wrap(err, "status of volume ", v.LocalID, " (thin ", u64(uint64(id)), " of pool ", b.cfg.pool, ")")
+	}
+	add := func(status abi.HealthStatus, reason string, msg ...string) {
+		out.Entries = append(out.Entries, abi.HealthEntry{Status: status, Reason: reason, Message: strings.Join(msg, "")})
+	}
+	thin := "thin " + u64(uint64(id)) + " of pool " + b.cfg.pool
+	switch {
+	case !ts.Exists:
+		add(abi.HealthDataLoss, "ThinDeviceDeleted", thin, " is gone from the pool's metadata: the volume's data is lost")
+	case ts.Failed:
+		add(abi.HealthInaccessible, "ThinDeviceFailed", thin, " reports failure")
+	case req.OnNode && req.Device != "" && !ts.Active:
+		add(abi.HealthInaccessible, "DeviceMissing", "the staged device ", req.Device, " of ", thin, " is gone")
+	case req.OnNode && req.Device != "" && ts.Path != req.Device:
+		add(abi.HealthInaccessible, "DeviceChanged", thin, " is active as ", ts.Path, ", not as the staged ", req.Device)
+	}
+	return out, nil
+}
+
+func unhealthy(status abi.HealthStatus, reason, msg string) *abi.HealthResponse {
+	return &abi.HealthResponse{Entries: []abi.HealthEntry{{Status: status, Reason: reason, Message: msg}}}
 }
 
 // lowSpacePercent is the free share of data or metadata below which the
