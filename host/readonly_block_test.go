@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wasmcsi/wasmcsi/host"
+	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
 )
 
@@ -225,6 +226,45 @@ func TestLoopfileReadOnlyOrphanReported(t *testing.T) {
 		t.Errorf("cleaning Reconcile does not report %s: %v", orphan.Path, findings)
 	}
 	v.wantReadOnlyLoops(t, 0)
+	if err := v.unstage(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	v.want(t, 0, false, nil)
+}
+
+// TestLoopfileReadOnlyBlockExpand: expanding a block volume also grows the
+// read-only device a read-only publication binds, which keeps its size
+// until told.
+func TestLoopfileReadOnlyBlockExpand(t *testing.T) {
+	d := loopfileDaemon(t)
+	ctx := callCtx(t)
+	v := newLoopVolume(t, d, "ro-expand", true)
+	if err := v.stage(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	v.writeKept(t, loopOf(t, v.file).Path)
+	if err := v.publishReadOnlyAt(ctx, d, v.target); err != nil {
+		t.Fatal(err)
+	}
+	const grown = 2 * loopfileVolumeBytes
+	if _, err := d.controller().ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{
+		VolumeId: v.vol.GetVolumeId(), CapacityRange: &csi.CapacityRange{RequiredBytes: grown}, VolumeCapability: loopCapability(true),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.node().NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{
+		VolumeId: v.vol.GetVolumeId(), VolumePath: v.target, StagingTargetPath: v.staging,
+		CapacityRange: &csi.CapacityRange{RequiredBytes: grown}, VolumeCapability: loopCapability(true),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if size, err := fs.DeviceSize(ctx, v.target); err != nil || size != grown {
+		t.Errorf("the read-only publication shows %d bytes (%v) after expansion to %d", size, err, grown)
+	}
+	v.wantReadOnly(t, v.target)
+	if err := v.unpublishAt(ctx, d, v.target); err != nil {
+		t.Fatal(err)
+	}
 	if err := v.unstage(ctx, d); err != nil {
 		t.Fatal(err)
 	}
