@@ -13,6 +13,7 @@ package modules
 //go:generate wat2wasm testdata/loop.wat -o testdata/loop.wasm
 //go:generate wat2wasm testdata/noinfo.wat -o testdata/noinfo.wasm
 //go:generate wat2wasm testdata/nomemory.wat -o testdata/nomemory.wasm
+//go:generate wat2wasm testdata/noisy.wat -o testdata/noisy.wasm
 //go:generate wat2wasm testdata/trap.wat -o testdata/trap.wasm
 //go:generate wat2wasm testdata/ungranted.wat -o testdata/ungranted.wasm
 //go:generate wat2wasm testdata/unknownimport.wat -o testdata/unknownimport.wasm

@@ -16,9 +16,6 @@ import (
 	"github.com/wasmcsi/wasmcsi/hostcalls"
 )
 
-// maxLogLine bounds one line a guest logs through the log import.
-const maxLogLine = 16 << 10
-
 // instance is one initialized guest instance. It serves one call at a time;
 // the fields below mod are that call's state, which host functions reach
 // through the call's context (callKey).
@@ -35,6 +32,7 @@ type instance struct {
 	fault  error  // set by a host function that failed the call
 
 	stdout, stderr *guestOutput
+	logs           logBudget // the current call's output accounting
 
 	clock guestClock // the running call's context
 }
@@ -47,8 +45,8 @@ type callKey struct{}
 func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	inst := &instance{m: m, fns: make(map[abi.Op]api.Function, len(m.ops))}
 	inst.clock.init(inst)
-	inst.stdout = newGuestOutput(m.log, inst, "stdout", slog.LevelInfo, false)
-	inst.stderr = newGuestOutput(m.log, inst, "stderr", slog.LevelWarn, true)
+	inst.stdout = newGuestOutput(inst, "stdout", slog.LevelInfo, false)
+	inst.stderr = newGuestOutput(inst, "stderr", slog.LevelWarn, true)
 	// No FS, network, env or args; wazero's default clocks and random
 	// source are deterministic fakes.
 	cfg := wazero.NewModuleConfig().
@@ -91,6 +89,7 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 func (m *Module) destroyInstance(inst *instance) {
 	inst.stdout.flush()
 	inst.stderr.flush()
+	inst.endLogs()
 	_ = inst.mod.Close(context.Background())
 	if mt := m.rt.metrics; mt != nil {
 		mt.instances.WithLabelValues(m.name).Dec()
@@ -109,6 +108,7 @@ func (inst *instance) invoke(ctx context.Context, fn api.Function, what string, 
 	inst.req, inst.result = nil, nil
 	inst.stdout.flush()
 	inst.stderr.flush()
+	inst.endLogs()
 	if err == nil && inst.fault == nil {
 		return uint32(inst.stack[0]), nil
 	}
@@ -198,10 +198,11 @@ func guestLog(ctx context.Context, mod api.Module, stack []uint64) {
 	if !ok {
 		inst.trap("%s: buffer [%d, +%d) is outside the guest's memory", abi.ImportLog, buf, n)
 	}
-	if len(b) > maxLogLine {
-		b = b[:maxLogLine]
+	cut := 0
+	if len(b) > maxLine {
+		b, cut = b[:maxLine], len(b)-maxLine
 	}
-	inst.m.log.Log(ctx, slog.Level(level), string(bytes.ToValidUTF8(b, []byte("\uFFFD"))), "op", inst.op)
+	inst.logLine(slog.Level(level), "", b, cut)
 }
 
 // hostCall adapts f to the host-call signature (req, req_len, out,

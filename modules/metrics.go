@@ -14,6 +14,9 @@ type metrics struct {
 	duration  *prometheus.HistogramVec // module, op
 	instances *prometheus.GaugeVec     // module
 	discarded *prometheus.CounterVec   // module
+
+	logDroppedLines *prometheus.CounterVec // module
+	logDroppedBytes *prometheus.CounterVec // module
 }
 
 // opMetrics are the children of one module's op, resolved once at load so a
@@ -42,6 +45,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "wasmcsi", Subsystem: "module", Name: "discarded_instances_total",
 			Help: "Instances discarded after an error, trap or timeout, by module.",
 		}, []string{"module"}),
+		logDroppedLines: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "wasmcsi", Subsystem: "module", Name: "log_dropped_lines_total",
+			Help: "Lines of guest output (stdout, stderr, log import) not logged for being over a call's or the module's bounds, by module.",
+		}, []string{"module"}),
+		logDroppedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "wasmcsi", Subsystem: "module", Name: "log_dropped_bytes_total",
+			Help: "Bytes of guest output not logged: dropped lines and the cut ends of over-long lines, by module.",
+		}, []string{"module"}),
 	}
 	var done []prometheus.Collector
 	for _, c := range m.collectors() {
@@ -57,7 +68,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.calls, m.duration, m.instances, m.discarded}
+	return []prometheus.Collector{m.calls, m.duration, m.instances, m.discarded, m.logDroppedLines, m.logDroppedBytes}
 }
 
 func (m *metrics) unregister(reg prometheus.Registerer) {

@@ -40,6 +40,7 @@ type Module struct {
 	wrt       wazero.Runtime
 	compiled  wazero.CompiledModule
 	pool      *pool
+	logs      logBucket // rate of guest output lines, over all instances
 	om        map[abi.Op]opMetrics
 	closeOnce sync.Once
 }
