@@ -8,6 +8,7 @@ package modules
 //go:generate wat2wasm testdata/flood.wat -o testdata/flood.wasm
 //go:generate wat2wasm testdata/garbage.wat -o testdata/garbage.wasm
 //go:generate wat2wasm testdata/good.wat -o testdata/good.wasm
+//go:generate wat2wasm testdata/grow.wat -o testdata/grow.wasm
 //go:generate wat2wasm testdata/hostloop.wat -o testdata/hostloop.wasm
 //go:generate wat2wasm testdata/hugemax.wat -o testdata/hugemax.wasm
 //go:generate wat2wasm testdata/loop.wat -o testdata/loop.wasm

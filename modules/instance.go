@@ -10,6 +10,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/wasmcsi/wasmcsi/abi"
@@ -35,6 +36,10 @@ type instance struct {
 	logs           logBudget // the current call's output accounting
 
 	clock guestClock // the running call's context
+
+	mem       *guestMemory
+	idleBytes int64 // the most memory the instance may keep in the pool
+	refused   int64 // size of a grow the memory budget refused in the last call
 }
 
 // callKey carries the running *instance in the context of an export call
@@ -54,8 +59,14 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		WithStartFunctions().
 		WithStdout(inst.stdout).
 		WithStderr(inst.stderr)
-	mod, err := m.wrt.InstantiateModule(ctx, m.compiled, cfg)
+	mem, err := m.newGuestMemory(int64(m.minPages)*pageSize, int64(m.limits.MemoryPages)*pageSize)
 	if err != nil {
+		return nil, abi.Errorf(abi.ResourceExhausted, fmt.Sprintf("module %q: instantiate: %v", m.name, err))
+	}
+	inst.mem = mem
+	mod, err := m.wrt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mem), m.compiled, cfg)
+	if err != nil {
+		mem.release()
 		return nil, abi.Errorf(abi.Internal, fmt.Sprintf("module %q: instantiate: %v", m.name, err))
 	}
 	inst.mod = mod
@@ -65,6 +76,7 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	if m.hasInit {
 		if _, err := inst.invoke(ctx, mod.ExportedFunction(abi.ExportInitialize), abi.ExportInitialize, nil); err != nil {
 			_ = mod.Close(context.Background())
+			mem.release()
 			return nil, err
 		}
 	}
@@ -76,9 +88,11 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		inst.resp = nil
 		if err != nil {
 			_ = mod.Close(context.Background())
+			mem.release()
 			return nil, err
 		}
 	}
+	inst.idleBytes = max(mem.bytes(), int64(m.limits.IdleMemoryPages)*pageSize)
 	if mt := m.rt.metrics; mt != nil {
 		mt.instances.WithLabelValues(m.name).Inc()
 	}
@@ -91,10 +105,15 @@ func (m *Module) destroyInstance(inst *instance) {
 	inst.stderr.flush()
 	inst.endLogs()
 	_ = inst.mod.Close(context.Background())
+	inst.mem.release()
 	if mt := m.rt.metrics; mt != nil {
 		mt.instances.WithLabelValues(m.name).Dec()
 	}
 }
+
+// holdsTooMuch reports whether inst's memory grew past what an idle
+// instance may keep.
+func (inst *instance) holdsTooMuch() bool { return inst.mem.bytes() > inst.idleBytes }
 
 // invoke calls fn (an export of inst with at most one result) under ctx
 // and the module's call timeout of guest time, and returns its i32 result.
@@ -103,7 +122,9 @@ func (inst *instance) invoke(ctx context.Context, fn api.Function, what string, 
 	inst.op, inst.req, inst.resp, inst.result, inst.fault = what, req, nil, nil, nil
 	inst.stderr.reset()
 	inst.clock.start(ctx, inst.m.limits.CallTimeout)
+	inst.mem.enter()
 	err := fn.CallWithStack(&inst.clock, inst.stack[:])
+	inst.refused = inst.mem.leave()
 	inst.clock.end()
 	inst.req, inst.result = nil, nil
 	inst.stdout.flush()
@@ -135,6 +156,11 @@ func (inst *instance) failure(err error) error {
 		code, msg = abi.Internal, fmt.Sprintf("guest exited with code %d", exit.ExitCode())
 	default:
 		code, msg = abi.Internal, "trap: "+err.Error()
+	}
+	if code == abi.Internal && inst.refused > 0 {
+		// The guest's runtime gives up when a grow fails; the cause is the
+		// daemon's budget, not the module.
+		code, msg = abi.ResourceExhausted, m.budgetError("an instance could not grow its memory to "+mebibytes(inst.refused))+" ("+msg+")"
 	}
 	msg = fmt.Sprintf("module %q: %s: %s", m.name, inst.op, msg)
 	if code == abi.Internal {

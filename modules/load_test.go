@@ -210,14 +210,14 @@ func TestOnLoad(t *testing.T) {
 func TestLimitsFor(t *testing.T) {
 	r := &Runtime{cfg: Config{
 		Limits:    Limits{CallTimeout: time.Second, PoolSize: 3},
-		Overrides: map[string]Limits{"slow": {CallTimeout: time.Minute}},
+		Overrides: map[string]Limits{"slow": {CallTimeout: time.Minute, IdleMemoryPages: 7}},
 	}}
 	tests := []struct {
 		module string
 		want   Limits
 	}{
-		{"any", Limits{CallTimeout: time.Second, MemoryPages: DefaultMemoryPages, PoolSize: 3, AcquireTimeout: DefaultAcquireTimeout}},
-		{"slow", Limits{CallTimeout: time.Minute, MemoryPages: DefaultMemoryPages, PoolSize: 3, AcquireTimeout: DefaultAcquireTimeout}},
+		{"any", Limits{CallTimeout: time.Second, MemoryPages: DefaultMemoryPages, PoolSize: 3, AcquireTimeout: DefaultAcquireTimeout, IdleMemoryPages: DefaultIdleMemoryPages}},
+		{"slow", Limits{CallTimeout: time.Minute, MemoryPages: DefaultMemoryPages, PoolSize: 3, AcquireTimeout: DefaultAcquireTimeout, IdleMemoryPages: 7}},
 	}
 	for _, tt := range tests {
 		if got := r.limitsFor(tt.module); got != tt.want {

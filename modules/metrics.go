@@ -14,6 +14,7 @@ type metrics struct {
 	duration  *prometheus.HistogramVec // module, op
 	instances *prometheus.GaugeVec     // module
 	discarded *prometheus.CounterVec   // module
+	memory    *prometheus.GaugeVec     // module
 
 	logDroppedLines *prometheus.CounterVec // module
 	logDroppedBytes *prometheus.CounterVec // module
@@ -45,6 +46,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "wasmcsi", Subsystem: "module", Name: "discarded_instances_total",
 			Help: "Instances discarded after an error, trap or timeout, by module.",
 		}, []string{"module"}),
+		memory: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "wasmcsi", Subsystem: "module", Name: "memory_bytes",
+			Help: "Linear memory held by the module's instances, counted against the daemon's guest memory budget.",
+		}, []string{"module"}),
 		logDroppedLines: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "wasmcsi", Subsystem: "module", Name: "log_dropped_lines_total",
 			Help: "Lines of guest output (stdout, stderr, log import) not logged for being over a call's or the module's bounds, by module.",
@@ -68,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.calls, m.duration, m.instances, m.discarded, m.logDroppedLines, m.logDroppedBytes}
+	return []prometheus.Collector{m.calls, m.duration, m.instances, m.discarded, m.memory, m.logDroppedLines, m.logDroppedBytes}
 }
 
 func (m *metrics) unregister(reg prometheus.Registerer) {

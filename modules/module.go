@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
@@ -40,7 +41,10 @@ type Module struct {
 	wrt       wazero.Runtime
 	compiled  wazero.CompiledModule
 	pool      *pool
-	logs      logBucket // rate of guest output lines, over all instances
+	logs      logBucket    // rate of guest output lines, over all instances
+	minPages  uint32       // the memory's declared minimum
+	mem       memoryBudget // the share of Runtime.mem its instances may hold
+	memGauge  prometheus.Gauge
 	om        map[abi.Op]opMetrics
 	closeOnce sync.Once
 }
@@ -138,6 +142,11 @@ func (m *Module) Call(ctx context.Context, op abi.Op, req []byte) ([]byte, error
 	if !keep && m.rt.metrics != nil {
 		m.rt.metrics.discarded.WithLabelValues(m.name).Inc()
 	}
+	if keep && inst.holdsTooMuch() {
+		keep = false
+		m.log.Debug("instance closed after its call: its memory grew past what an idle instance may keep",
+			"op", op, "memory_bytes", inst.mem.bytes(), "idle_memory_pages", m.limits.IdleMemoryPages)
+	}
 	m.pool.release(inst, keep)
 	m.observe(op, start, codeOf(err))
 	return resp, err
@@ -201,6 +210,9 @@ func (r *Runtime) load(ctx context.Context, name string, data []byte, digest str
 		return fail(errors.New(strings.Join(c.problems, "; ")))
 	}
 	m.ops, m.hasInit = c.ops, c.hasInit
+	m.minPages = cm.ExportedMemories()[abi.ExportMemory].Min()
+	m.mem.limit = r.mem.limit / 2
+	m.memGauge = r.metrics.memGaugeFor(name)
 	if err := m.instantiateHost(ctx, c.hostCalls); err != nil {
 		return fail(fmt.Errorf("instantiate host module: %w", err))
 	}

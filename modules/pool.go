@@ -116,6 +116,19 @@ func (p *pool) release(inst *instance, keep bool) {
 	p.drop()
 }
 
+// shed closes one idle instance, if there is one, so that its memory
+// serves another call; the pool creates instances again as calls need them.
+func (p *pool) shed() bool {
+	select {
+	case inst := <-p.idle:
+		p.destroy(inst)
+		p.drop()
+		return true
+	default:
+		return false
+	}
+}
+
 // drop forgets one live instance.
 func (p *pool) drop() {
 	<-p.slots

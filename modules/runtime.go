@@ -2,9 +2,10 @@
 // backend modules in the module folder, verifies them (pinned sha256, ABI
 // version, export and import signatures, grants), compiles each digest once
 // (with an optional on-disk compilation cache), keeps a bounded pool of
-// initialized instances per module, runs operations under a deadline and a
-// memory cap, discards any instance after any error, and hot-reloads the
-// folder by swapping whole module versions atomically.
+// initialized instances per module, runs operations under a deadline, a
+// memory cap and a daemon-wide memory budget, bounds what guests log,
+// discards any instance after any error, and hot-reloads the folder by
+// swapping whole module versions atomically.
 //
 // It must never give a module anything the operator did not grant: no WASI
 // filesystem, network, environment, arguments or real clocks, and no host call
@@ -41,10 +42,11 @@ import (
 
 // Defaults for a zero field of Limits.
 const (
-	DefaultCallTimeout    = 60 * time.Second
-	DefaultMemoryPages    = 2048 // 128 MiB
-	DefaultPoolSize       = 4
-	DefaultAcquireTimeout = 5 * time.Second
+	DefaultCallTimeout     = 60 * time.Second
+	DefaultMemoryPages     = 2048 // 128 MiB
+	DefaultPoolSize        = 4
+	DefaultAcquireTimeout  = 5 * time.Second
+	DefaultIdleMemoryPages = 512 // 32 MiB
 )
 
 // MaxModuleSize bounds the size of a module file the runtime reads.
@@ -64,6 +66,10 @@ type Limits struct {
 	// AcquireTimeout is how long a call waits for a free instance before it
 	// fails with abi.Unavailable.
 	AcquireTimeout time.Duration
+	// IdleMemoryPages is the most memory an instance keeps in the pool: one
+	// whose memory grew past it (and past its size when new) is closed after
+	// its call, so idle instances do not hold what a flood left them.
+	IdleMemoryPages uint32
 }
 
 // Grant is what the operator allows one module.
@@ -90,6 +96,11 @@ type Config struct {
 	// Pins maps a module name to the lower-case sha256 hex digest its file
 	// must have; a mismatch refuses the module.
 	Pins map[string]string
+	// MemoryBudget is the linear memory, in bytes, all instances of all
+	// modules may hold together (0: DefaultMemoryBudget); one module's
+	// instances may hold at most half of it. A grow past it fails, and the
+	// call that needed it answers abi.ResourceExhausted.
+	MemoryBudget int64
 	// Limits are the defaults for every module; Overrides replace them per
 	// module name, field by field (zero fields keep the default).
 	Limits    Limits
@@ -119,6 +130,7 @@ type Runtime struct {
 	log     *slog.Logger
 	cache   wazero.CompilationCache
 	metrics *metrics
+	mem     memoryBudget // every instance's linear memory
 
 	mu     sync.Mutex // serializes Load, Reload and Close
 	closed bool
@@ -145,6 +157,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("modules: module folder: %w", err)
 	} else if !st.IsDir() {
 		return nil, fmt.Errorf("modules: module folder %s is not a directory", cfg.Dir)
+	}
+	if cfg.MemoryBudget < 0 {
+		return nil, errors.New("modules: MemoryBudget is negative")
 	}
 	if err := checkLimits("Limits", cfg.Limits); err != nil {
 		return nil, err
@@ -183,6 +198,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Runtime{cfg: cfg, log: log, draining: map[*Module]struct{}{}}
+	r.mem.limit = cfg.MemoryBudget
+	if r.mem.limit == 0 {
+		r.mem.limit = DefaultMemoryBudget
+	}
 	if cfg.CacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
 		if err != nil {
@@ -214,6 +233,8 @@ func checkLimits(what string, l Limits) error {
 		return fmt.Errorf("modules: %s.PoolSize is negative", what)
 	case l.MemoryPages > 65536:
 		return fmt.Errorf("modules: %s.MemoryPages %d is over 65536", what, l.MemoryPages)
+	case l.IdleMemoryPages > 65536:
+		return fmt.Errorf("modules: %s.IdleMemoryPages %d is over 65536", what, l.IdleMemoryPages)
 	}
 	return nil
 }
@@ -234,6 +255,9 @@ func (r *Runtime) limitsFor(name string) Limits {
 		if o.AcquireTimeout != 0 {
 			l.AcquireTimeout = o.AcquireTimeout
 		}
+		if o.IdleMemoryPages != 0 {
+			l.IdleMemoryPages = o.IdleMemoryPages
+		}
 	}
 	if l.CallTimeout == 0 {
 		l.CallTimeout = DefaultCallTimeout
@@ -246,6 +270,9 @@ func (r *Runtime) limitsFor(name string) Limits {
 	}
 	if l.AcquireTimeout == 0 {
 		l.AcquireTimeout = DefaultAcquireTimeout
+	}
+	if l.IdleMemoryPages == 0 {
+		l.IdleMemoryPages = DefaultIdleMemoryPages
 	}
 	return l
 }
