@@ -2,17 +2,20 @@ package host_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/host/config"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
 )
 
@@ -240,6 +243,32 @@ func TestModuleErrorMessageBounded(t *testing.T) {
 		wantCode(t, err, codes.Internal, strings.Repeat("e", 1000), "more bytes")
 		if n := len(status.Convert(err).Message()); n > 5<<10 {
 			t.Fatalf("status message of %d bytes", n)
+		}
+	}
+}
+
+// TestModuleMemoryBudget: with the daemon's guest memory budget
+// (memory_budget_pages) smaller than the module's cap, a guest that floods
+// its memory fails its own call with RESOURCE_EXHAUSTED naming the budget,
+// and the module serves the next call on a fresh instance.
+func TestModuleMemoryBudget(t *testing.T) {
+	g := newGate()
+	o := daemonOptions{
+		backend: "fault", wasm: filepath.Join("testdata", "fault.wasm"), hostcalls: []string{"test"},
+		hostCalls:         []hostcalls.Func{g.hostCall()},
+		limits:            config.Limits{MemoryPages: 512, CallTimeout: 5 * time.Second},
+		memoryBudgetPages: 256, // 16 MiB; one module may hold 8
+	}
+	d := startDaemon(t, o)
+	for i := range 2 {
+		_, err := d.controller().CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Name: fmt.Sprintf("flood-%d", i), VolumeCapabilities: rwCaps()})
+		wantCode(t, err, codes.ResourceExhausted, "guest memory budget exhausted", "8.0 MiB one module may hold")
+		ok, err := d.controller().CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Name: fmt.Sprintf("ok-%d", i), VolumeCapabilities: rwCaps()})
+		if err != nil {
+			t.Fatalf("after the flood: %v", err)
+		}
+		if _, err := d.controller().DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: ok.GetVolume().GetVolumeId()}); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

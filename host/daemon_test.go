@@ -65,6 +65,8 @@ type daemonOptions struct {
 	limits config.Limits
 	// freezeTimeout, when set, bounds how long a group snapshot pauses writes.
 	freezeTimeout time.Duration
+	// memoryBudgetPages, when set, replaces the daemon's guest memory budget.
+	memoryBudgetPages uint32
 	// hostCalls are offered to modules beside the daemon's own (fakes a
 	// test controls; their family must be granted like any other).
 	hostCalls []hostcalls.Func
@@ -112,6 +114,9 @@ func startDaemon(t testing.TB, o daemonOptions) *daemon {
 	}
 	if o.freezeTimeout > 0 {
 		cfg.GroupSnapshot.FreezeTimeout = o.freezeTimeout
+	}
+	if o.memoryBudgetPages > 0 {
+		cfg.MemoryBudgetPages = o.memoryBudgetPages
 	}
 	if err := os.MkdirAll(cfg.ModuleDir, 0o755); err != nil {
 		t.Fatal(err)

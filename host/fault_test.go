@@ -28,8 +28,7 @@ const faultTimeout = 300 * time.Millisecond
 func TestFaultyBackendIsolated(t *testing.T) {
 	g := newGate()
 	o := localdirOptions(t)
-	// A small memory cap: growing page by page copies the memory each time,
-	// so a large cap would make the flood slower than the deadline.
+	// A small memory cap keeps the flood (a page at a time) short.
 	o.more = []daemonModule{faultModule(&config.Limits{CallTimeout: faultTimeout, MemoryPages: 64})}
 	o.hostCalls = append(o.hostCalls, g.hostCall())
 	d := startDaemon(t, o)

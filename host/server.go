@@ -147,6 +147,7 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 		CacheDir:     cfg.CacheDir,
 		PreferTinyGo: cfg.PreferTinyGo,
 		Pins:         pins,
+		MemoryBudget: int64(cfg.MemoryBudgetPages) << 16,
 		Limits:       runtimeLimits(cfg.Limits),
 		Overrides:    overrides,
 		Grants:       grants,
@@ -264,5 +265,5 @@ func createPools(m config.Module) error {
 }
 
 func runtimeLimits(l config.Limits) modules.Limits {
-	return modules.Limits{CallTimeout: l.CallTimeout, MemoryPages: l.MemoryPages, PoolSize: l.PoolSize, AcquireTimeout: l.AcquireTimeout}
+	return modules.Limits{CallTimeout: l.CallTimeout, MemoryPages: l.MemoryPages, PoolSize: l.PoolSize, AcquireTimeout: l.AcquireTimeout, IdleMemoryPages: l.IdleMemoryPages}
 }

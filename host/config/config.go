@@ -50,6 +50,10 @@ type Config struct {
 	Reconcile        Reconcile         `koanf:"reconcile"`
 	GroupSnapshot    GroupSnapshot     `koanf:"group_snapshot"`
 	Modules          map[string]Module `koanf:"modules"`
+
+	// MemoryBudgetPages bounds the linear memory of all module instances
+	// together, in 64 KiB pages.
+	MemoryBudgetPages uint32 `koanf:"memory_budget_pages"`
 }
 
 // Limits bound every module call.
@@ -58,6 +62,8 @@ type Limits struct {
 	MemoryPages    uint32        `koanf:"memory_pages"`
 	PoolSize       int           `koanf:"pool_size"`
 	AcquireTimeout time.Duration `koanf:"acquire_timeout"`
+	// IdleMemoryPages is the most memory an instance keeps in the pool.
+	IdleMemoryPages uint32 `koanf:"idle_memory_pages"`
 }
 
 // Reconcile says what to do at start-up with attachments and mounts that no
@@ -184,11 +190,14 @@ func (c *Config) normalize() error {
 		}
 		c.NodeID = h
 	}
-	if c.Limits.CallTimeout <= 0 || c.Limits.PoolSize <= 0 || c.Limits.MemoryPages == 0 || c.Limits.AcquireTimeout <= 0 {
+	if c.Limits.CallTimeout <= 0 || c.Limits.PoolSize <= 0 || c.Limits.MemoryPages == 0 || c.Limits.AcquireTimeout <= 0 || c.Limits.IdleMemoryPages == 0 {
 		return fmt.Errorf("config: limits must all be positive: %+v", c.Limits)
 	}
 	if c.GroupSnapshot.FreezeTimeout <= 0 {
 		return fmt.Errorf("config: group_snapshot.freeze_timeout must be positive: %s", c.GroupSnapshot.FreezeTimeout)
+	}
+	if c.MemoryBudgetPages == 0 {
+		return fmt.Errorf("config: memory_budget_pages must be positive")
 	}
 	var err error
 	for _, p := range []*string{&c.StateDir, &c.ModuleDir, &c.CacheDir} {

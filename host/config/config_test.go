@@ -18,6 +18,9 @@ func TestDefaults(t *testing.T) {
 	if c.DriverName != "wasmcsi.dev" || c.Role != RoleAll || c.Limits.CallTimeout != 10*time.Second || c.GroupSnapshot.FreezeTimeout != 10*time.Second {
 		t.Fatalf("unexpected defaults: %+v", c)
 	}
+	if c.MemoryBudgetPages != 16384 || c.Limits.IdleMemoryPages != 512 {
+		t.Fatalf("memory defaults: budget %d pages, idle %d pages", c.MemoryBudgetPages, c.Limits.IdleMemoryPages)
+	}
 	if !filepath.IsAbs(c.SocketPath()) || !strings.HasSuffix(c.SocketPath(), "run/csi.sock") {
 		t.Fatalf("endpoint not absolute: %s", c.Endpoint)
 	}
@@ -63,6 +66,8 @@ func TestInvalid(t *testing.T) {
 		{"CSI_ENDPOINT=tcp://127.0.0.1:1"},
 		{"WASMCSI_LIMITS__POOL_SIZE=0"},
 		{"WASMCSI_GROUP_SNAPSHOT__FREEZE_TIMEOUT=0s"},
+		{"WASMCSI_LIMITS__IDLE_MEMORY_PAGES=0"},
+		{"WASMCSI_MEMORY_BUDGET_PAGES=0"},
 	} {
 		if _, err := Load(nil, env); err == nil {
 			t.Errorf("%v: want error", env)
