@@ -154,8 +154,8 @@ func TestModuleIDTakenRefused(t *testing.T) {
 // TestModuleIDsChecked: the host refuses a local ID that is ".", "..", starts
 // with anything but a letter or digit, holds a "/", or makes a volume or
 // snapshot ID longer than CSI's 128 bytes; group snapshot IDs fit 128 bytes
-// whatever the name; a node ID longer than CSI's 256 bytes is INTERNAL
-// naming the backends' shares, not handed to the CO.
+// whatever the name; a node_info context that would make the node ID longer
+// than CSI's 256 bytes is left out of it.
 func TestModuleIDsChecked(t *testing.T) {
 	d, _ := startLiar(t)
 	ctrl := d.controller()
@@ -229,8 +229,15 @@ func TestModuleIDsChecked(t *testing.T) {
 		t.Errorf("delete %s: %v", gid, err)
 	}
 
-	_, err = d.node().NodeGetInfo(callCtx(t), &csi.NodeGetInfoRequest{})
-	wantCode(t, err, codes.Internal, "256", "liar")
+	// The liar's node_info context would make the node ID 312 bytes: it is
+	// left out, and the node still registers.
+	info, err := d.node().NodeGetInfo(callCtx(t), &csi.NodeGetInfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := info.GetNodeId(); len(id) > 256 || strings.Contains(id, "aaaa") {
+		t.Errorf("node ID of %d bytes: %q", len(id), id)
+	}
 }
 
 // TestModuleErrorMessageBounded: a module's error message of 6 MiB reaches
@@ -270,5 +277,27 @@ func TestModuleMemoryBudget(t *testing.T) {
 		if _, err := d.controller().DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: ok.GetVolume().GetVolumeId()}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestNodeInfoOversizedContextLeftOut: beside localdir, the liar's node_info
+// context (which would make the node ID 312 bytes) is left out of
+// NodeGetInfo; localdir's topology is still reported and the node ID fits
+// CSI's 256 bytes.
+func TestNodeInfoOversizedContextLeftOut(t *testing.T) {
+	n := &notes{}
+	o := localdirOptions(t)
+	o.more = []daemonModule{{name: "liar", wasm: filepath.Join("testdata", "liar.wasm"), hostcalls: []string{"test"}}}
+	o.hostCalls = []hostcalls.Func{n.hostCall()}
+	d := startDaemon(t, o)
+	info, err := d.node().NodeGetInfo(callCtx(t), &csi.NodeGetInfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := info.GetNodeId(); len(id) > 256 || strings.Contains(id, "aaaa") {
+		t.Errorf("node ID of %d bytes: %q", len(id), id)
+	}
+	if seg := info.GetAccessibleTopology().GetSegments(); len(seg) == 0 {
+		t.Errorf("localdir's topology is missing: %v", info.GetAccessibleTopology())
 	}
 }

@@ -736,12 +736,18 @@ func (s *Server) NodeGetCapabilities(ctx context.Context, _ *csi.NodeGetCapabili
 // node_info fails is left out (logged): its context and its segments are
 // missing, so the CO places none of its topology-pinned volumes here while
 // it fails, and every other backend keeps serving; failing the call would
-// fail the node's registration for all of them.
+// fail the node's registration for all of them. So is a backend whose
+// context would make the node ID longer than CSI's 256 bytes: the smallest
+// contexts are taken first, so one module's oversized context cannot push
+// out the others'.
 func (s *Server) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-	nodeCtx := map[string]string{}
-	segments := map[string]string{}
+	type answer struct {
+		b    *backend
+		resp abi.NodeInfoResponse
+		size int // what its context adds to the node ID
+	}
+	var answers []answer
 	var maxVolumes int64
-	var sizes []string // what each backend's context adds to the node ID, for an error
 	for _, b := range s.backends.Load().all() {
 		if m := b.info.MaxVolumesPerNode; m > 0 && (maxVolumes == 0 || m < maxVolumes) {
 			maxVolumes = m
@@ -757,16 +763,35 @@ func (s *Server) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*c
 			s.log.Error("node_info failed: NodeGetInfo leaves the backend's node context and topology out", "backend", b.name, "err", err)
 			continue
 		}
-		maps.Copy(nodeCtx, resp.Context)
-		if resp.Topology != nil {
-			maps.Copy(segments, resp.Topology.Segments)
+		answers = append(answers, answer{b: b, resp: resp, size: len(makeNodeID("", resp.Context))})
+	}
+	bySize := slices.Clone(answers)
+	slices.SortStableFunc(bySize, func(x, y answer) int { return x.size - y.size })
+	fits, trial := map[*backend]bool{}, map[string]string{}
+	for _, a := range bySize {
+		next := maps.Clone(trial)
+		maps.Copy(next, a.resp.Context)
+		if n := len(makeNodeID(s.cfg.NodeID, next)); n > maxNodeIDLen {
+			s.log.Error("node_info context does not fit in a node ID: NodeGetInfo leaves the backend's node context and topology out",
+				"backend", a.b.name, "context_bytes", a.size, "node_id_bytes", n, "max", maxNodeIDLen)
+			continue
 		}
-		sizes = append(sizes, fmt.Sprintf("%s: %d bytes", b.name, len(makeNodeID("", resp.Context))-len(nodeSeparator)))
+		trial, fits[a.b] = next, true
+	}
+	nodeCtx := map[string]string{}
+	segments := map[string]string{}
+	for _, a := range answers { // in backend order, as without the check
+		if !fits[a.b] {
+			continue
+		}
+		maps.Copy(nodeCtx, a.resp.Context)
+		if a.resp.Topology != nil {
+			maps.Copy(segments, a.resp.Topology.Segments)
+		}
 	}
 	id := makeNodeID(s.cfg.NodeID, nodeCtx)
 	if len(id) > maxNodeIDLen {
-		return nil, errf(codes.Internal, "node ID of %d bytes is longer than CSI's %d: node name %q (%d bytes) with the node_info context of %v",
-			len(id), maxNodeIDLen, truncate(s.cfg.NodeID, 64), len(s.cfg.NodeID), sizes)
+		return nil, errf(codes.Internal, "node ID of %d bytes is longer than CSI's %d: the node name %q is too long", len(id), maxNodeIDLen, truncate(s.cfg.NodeID, 64))
 	}
 	out := &csi.NodeGetInfoResponse{NodeId: id, MaxVolumesPerNode: maxVolumes}
 	if len(segments) > 0 {
