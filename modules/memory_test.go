@@ -178,7 +178,7 @@ func TestMemoryFloodRSS(t *testing.T) {
 			c.MemoryBudget = 2 << 30
 			c.Limits.MemoryPages = capPages
 			c.Limits.PoolSize = pool
-			c.Limits.CallTimeout = 30 * time.Second
+			c.Limits.CallTimeout = 2 * time.Minute
 		})
 		if len(errs) != 0 {
 			t.Fatal(errs)
@@ -195,7 +195,18 @@ func TestMemoryFloodRSS(t *testing.T) {
 				errc <- err
 			}()
 		}
-		g.waitEntered(t, pool)
+		// Under load the floods take a while; a call that fails instead
+		// of reaching the gate says why.
+		for entered := 0; entered < pool; {
+			select {
+			case <-g.entered:
+				entered++
+			case err := <-errc:
+				t.Fatalf("a flood call ended before the gate: %v", err)
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("only %d of %d flood calls reached the gate", entered, pool)
+			}
+		}
 		during := rss(t)
 		g.open()
 		wg.Wait()
@@ -242,7 +253,7 @@ func TestMemoryFloodRSS(t *testing.T) {
 			c.MemoryBudget = budget
 			c.Limits.MemoryPages = capPages
 			c.Limits.PoolSize = pool
-			c.Limits.CallTimeout = 30 * time.Second
+			c.Limits.CallTimeout = 2 * time.Minute
 		})
 		if len(errs) != 0 {
 			t.Fatal(errs)
