@@ -4,6 +4,7 @@
 #   make sanity     the csi-sanity binary against the daemon as make run starts it (root)
 #   make test-vm    the privileged tier (device-mapper, iSCSI) inside a QEMU guest
 #   make crash      kill the daemon at KILLS random points of a mixed workload and check (root; SEED=n repeats a run)
+#   make test-nomad a Nomad dev agent runs the plugin from deploy/nomad and drives it (root)
 #   make bench      benchmarks: module calls, CSI operation rates, primitives
 #   make lint       gofmt, go vet, staticcheck
 #   make tinygo     print the TinyGo wrapper (built and cached on first use)
@@ -20,7 +21,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s
 KILLS    ?= 1000
 
-.PHONY: all build modules modules-tinygo run test sanity test-vm crash bench lint tinygo clean
+.PHONY: all build modules modules-tinygo run test sanity test-vm test-nomad crash bench lint tinygo clean
 
 all: build
 
@@ -63,6 +64,11 @@ crash: build
 	WASMCSI_CRASH_DAEMON=$(abspath $(BIN)/wasmcsi) WASMCSI_MODULE_DIR=$(abspath $(BIN)/modules) \
 	WASMCSI_CRASH_KILLS=$(KILLS) $(if $(SEED),WASMCSI_CRASH_SEED=$(SEED)) \
 	$(GO) test -count=1 -v -timeout 0 -run '^TestCrash$$' ./host/crashtest/
+# Nomad v1.11.3, built from the Go module proxy once (cached under
+# /var/cache/wasmcsi/nomad-<version>), runs deploy/nomad/wasmcsi-raw.nomad.hcl
+# with this tree's binaries; the nomad CLI and exec jobs drive every step.
+test-nomad:
+	GO=$(GO) bash .ci/nomad/test.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./modules/ ./host/ ./hostcalls/... ./abi/... ./examples/...
