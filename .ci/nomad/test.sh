@@ -206,7 +206,11 @@ say "agent and plugin up in $((t_up - t_built)) s"
 
 # volspec ID BACKEND CAPACITY [ATTACHMENT [EXTRA]] writes a volume spec.
 volspec() {
-	local id=$1 b=$2 cap=$3 att=${4:-file-system} extra=${5:-} mo="" ro=""
+	local id=$1 b=$2 cap=$3 att=${4:-file-system} extra=${5:-} ro=""
+	# Always a mount_options block: Nomad stores an empty one for a volume
+	# created without, and refuses a later update (an expansion) of a volume
+	# in use whose spec has none ("can not update mount options").
+	local mo='mount_options {}'
 	[ "$b" = loopfile ] && [ "$att" = file-system ] && mo='mount_options { fs_type = "xfs" }'
 	[ "$att" = file-system ] && ro='capability {
   access_mode     = "single-node-reader-only"
@@ -401,7 +405,9 @@ s_restore() {
 }
 
 s_clone() {
-	"$nomad" volume create "$(volspec "c-$1" "$1" $cap0 file-system "clone_id = \"v-$1\"")"
+	# clone_id, like snapshot_id, is the plugin's (external) volume ID.
+	src=$(api "/v1/volume/csi/v-$1" | jq -r .ExternalID)
+	"$nomad" volume create "$(volspec "c-$1" "$1" $cap0 file-system "clone_id = \"$src\"")"
 	out=$(batch "rc-$1" "c-$1" 'set -e; cat /data/hello; md5sum /data/d/seq | cut -c1-32')
 	echo "$out"
 	[ "$(echo "$out" | head -1)" = after ]
