@@ -64,6 +64,7 @@ crash: build
 	WASMCSI_CRASH_DAEMON=$(abspath $(BIN)/wasmcsi) WASMCSI_MODULE_DIR=$(abspath $(BIN)/modules) \
 	WASMCSI_CRASH_KILLS=$(KILLS) $(if $(SEED),WASMCSI_CRASH_SEED=$(SEED)) \
 	$(GO) test -count=1 -v -timeout 0 -run '^TestCrash$$' ./host/crashtest/
+
 # Nomad v1.11.3, built from the Go module proxy once (cached under
 # /var/cache/wasmcsi/nomad-<version>), runs deploy/nomad/wasmcsi-raw.nomad.hcl
 # with this tree's binaries; the nomad CLI and exec jobs drive every step.
