@@ -71,7 +71,9 @@ func BenchmarkGuestClockPauseResume(b *testing.B) {
 	inst.clock.start(context.Background(), 10*time.Second)
 	defer inst.clock.end()
 	for b.Loop() {
-		inst.clock.pause()
+		if err := inst.clock.pause(); err != nil {
+			b.Fatal(err)
+		}
 		if err := inst.clock.resume(); err != nil {
 			b.Fatal(err)
 		}

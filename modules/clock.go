@@ -89,9 +89,12 @@ func (c *guestClock) end() {
 	c.mu.Unlock()
 }
 
-// pause stops the guest clock while a host call runs.
-func (c *guestClock) pause() {
+// pause stops the guest clock while a host call runs. When the call is
+// over already (budget spent, caller gone) it answers the exit error that
+// stops the guest instead, and the host call does not start.
+func (c *guestClock) pause() error {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.running {
 		c.running = false
 		c.timer.Stop()
@@ -100,34 +103,42 @@ func (c *guestClock) pause() {
 			c.close(errGuestTime)
 		}
 	}
-	c.mu.Unlock()
+	return c.exit()
 }
 
 // resume restarts the guest clock when a host call returns. When the call
-// is over instead (the budget was spent before the host call, or the
-// caller's context ended during it), it answers the exit error that stops
-// the guest at once: waiting for wazero's watcher would let the guest go on
-// with the host call's answer, and perhaps finish the call.
+// is over instead (the caller's context ended during the host call), it
+// answers the exit error that stops the guest at once: waiting for wazero's
+// watcher would let the guest go on with the host call's answer, and
+// perhaps finish the call.
 func (c *guestClock) resume() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.exit(); err != nil {
+		return err
+	}
+	c.running = true
+	c.deadline = time.Now().Add(c.left)
+	c.timer.Reset(c.left)
+	return nil
+}
+
+// exit closes the clock when the caller's context has ended, and answers
+// the wazero exit error for a closed clock; c.mu is held.
+func (c *guestClock) exit() error {
 	if c.err == nil {
 		if err := c.parent.Err(); err != nil {
 			c.close(err)
 		}
 	}
-	if c.err != nil {
-		if errors.Is(c.err, context.Canceled) {
-			return sys.NewExitError(sys.ExitCodeContextCanceled)
-		}
+	switch {
+	case c.err == nil:
+		return nil
+	case errors.Is(c.err, context.Canceled):
+		return sys.NewExitError(sys.ExitCodeContextCanceled)
+	default:
 		return sys.NewExitError(sys.ExitCodeDeadlineExceeded)
 	}
-	if !c.running {
-		c.running = true
-		c.deadline = time.Now().Add(c.left)
-		c.timer.Reset(c.left)
-	}
-	return nil
 }
 
 // expire runs when the timer fires. A firing that lost a race with pause,

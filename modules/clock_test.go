@@ -2,8 +2,11 @@ package modules
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/wasmcsi/wasmcsi/abi"
 )
@@ -107,4 +110,57 @@ func TestCallerContextStopsHostCall(t *testing.T) {
 			t.Fatalf("%q, %v", resp, err)
 		}
 	})
+}
+
+// TestGuestClockRefusesHostCallWhenOver: a host call does not start once
+// the guest's budget is spent or the caller's context has ended, and a
+// guest whose caller went away during the host call is stopped on return.
+func TestGuestClockRefusesHostCallWhenOver(t *testing.T) {
+	exitCode := func(err error) uint32 {
+		t.Helper()
+		var exit *sys.ExitError
+		if !errors.As(err, &exit) {
+			t.Fatalf("%v is not a *sys.ExitError", err)
+		}
+		return exit.ExitCode()
+	}
+	inst := &instance{}
+	inst.clock.init(inst)
+
+	inst.clock.start(context.Background(), time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+	if got := exitCode(inst.clock.pause()); got != sys.ExitCodeDeadlineExceeded {
+		t.Fatalf("spent budget: exit code %d", got)
+	}
+	if !errors.Is(inst.clock.Err(), errGuestTime) {
+		t.Fatalf("spent budget: Err %v", inst.clock.Err())
+	}
+	inst.clock.end()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	inst.clock.start(ctx, time.Second)
+	select {
+	case <-inst.clock.Done():
+		t.Fatal("a fresh call's clock is done")
+	default:
+	}
+	if err := inst.clock.pause(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if got := exitCode(inst.clock.resume()); got != sys.ExitCodeContextCanceled {
+		t.Fatalf("caller canceled during the host call: exit code %d", got)
+	}
+	select {
+	case <-inst.clock.Done():
+	case <-time.After(time.Second):
+		t.Fatal("Done did not close for the caller's cancellation")
+	}
+	inst.clock.end()
+
+	inst.clock.start(ctx, time.Second)
+	if got := exitCode(inst.clock.pause()); got != sys.ExitCodeContextCanceled {
+		t.Fatalf("caller canceled before the host call: exit code %d", got)
+	}
+	inst.clock.end()
 }

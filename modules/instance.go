@@ -245,7 +245,9 @@ func hostCall(f hostcalls.Func) api.GoModuleFunc {
 		// Every host call passes here: the guest clock stops while the
 		// host works on the guest's behalf, and the host call is bounded by
 		// the caller's context instead.
-		inst.clock.pause()
+		if exit := inst.clock.pause(); exit != nil {
+			panic(exit)
+		}
 		res, err := inst.runHostCall(inst.clock.parent, f, bytes.Clone(view))
 		if exit := inst.clock.resume(); exit != nil {
 			panic(exit)
