@@ -55,7 +55,8 @@ const MaxModuleSize = 64 << 20
 // Limits bound what one module may use. A zero field means the default
 // (DefaultCallTimeout, ...), both in Config.Limits and in Config.Overrides.
 type Limits struct {
-	// CallTimeout is the deadline of one operation (and of _initialize).
+	// CallTimeout is the guest time one operation (and _initialize) may
+	// use; time spent in host calls is not counted (see RATIONALE.md).
 	CallTimeout time.Duration
 	// MemoryPages caps each instance's linear memory, in 64 KiB pages. A
 	// module whose declared minimum or maximum exceeds it is refused.
