@@ -27,20 +27,22 @@ func callCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), callTimeout)
 }
 
-func (w *workload) verify(victim *op) {
+func (w *workload) verify(victims []*op) {
 	t0 := time.Now()
 	defer func() { w.stats.phase["verify"] += time.Since(t0) }()
 	w.checkLists(false)
 	w.checkNode(false)
 	w.checkNodeRecords()
 	w.checkPublishedData()
-	// A sample of the others: the volume the kill hit, and the one whose
-	// data was checked longest ago.
-	if victim != nil && victim.vol != nil && victim.vol.broken == "" && !victim.vol.published && slices.Contains(w.m.vols, victim.vol) {
-		w.checkVolume(victim.vol)
-	}
-	if victim != nil && victim.kind == "snapshot" && victim.snap.suspect != "" && victim.snap.broken == "" && slices.Contains(w.m.snaps, victim.snap) {
-		w.checkSnapshot(victim.snap)
+	// A sample of the others: the volumes the kill hit, snapshots whose
+	// creation it cut off, and the volume checked longest ago.
+	for _, o := range victims {
+		if v := o.vol; v != nil && v.broken == "" && !v.published && slices.Contains(w.m.vols, v) {
+			w.checkVolume(v)
+		}
+		if s := o.snap; o.kind == "snapshot" && s.suspect != "" && s.broken == "" && slices.Contains(w.m.snaps, s) {
+			w.checkSnapshot(s)
+		}
 	}
 	var oldest *volume
 	for _, v := range w.m.live(func(v *volume) bool { return !v.published }) {
@@ -273,8 +275,21 @@ func valuesOf[K comparable, V any](m map[K]V) []V {
 
 // checkNodeRecords asks the daemon, through NodeGetVolumeStats at each
 // staging path, whether it holds a stage record the CO does not know of:
-// NOT_FOUND is the answer for a volume that is not staged.
+// NOT_FOUND is the answer for a volume that is not staged. For a staged
+// block volume it also reports the device's size, which must be the
+// acknowledged capacity once no node expansion is pending.
 func (w *workload) checkNodeRecords() {
+	for _, v := range w.m.live(func(v *volume) bool { return v.staged && v.block && !v.nodeExpand }) {
+		ctx, cancel := callCtx()
+		resp, err := w.d.nodeC.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: v.id, VolumePath: w.d.staging(v)})
+		cancel()
+		switch {
+		case err != nil:
+			w.an.add(callFailed, "", "NodeGetVolumeStats of staged %s: %v", v, err)
+		case len(resp.GetUsage()) == 0 || resp.GetUsage()[0].GetTotal() < v.capacity:
+			w.an.add(capacityLost, v.id+" device", "the device of staged %s has %v bytes, %d were acknowledged", v, resp.GetUsage(), v.capacity)
+		}
+	}
 	for _, v := range w.m.live(func(v *volume) bool { return !v.staged && !v.block }) {
 		ctx, cancel := callCtx()
 		_, err := w.d.nodeC.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: v.id, VolumePath: w.d.staging(v)})
@@ -290,14 +305,15 @@ func (w *workload) checkNodeRecords() {
 // startupFindings reads what start-up reconciliation reported. A stage
 // reported lost belongs to a volume the CO has unstaged (or deleted) —
 // unless the kill cut off that very NodeUnstage — and is a stale record.
-func (w *workload) startupFindings(victim *op) {
+func (w *workload) startupFindings(victims []*op) {
 	for _, f := range w.d.findings() {
 		w.stats.findings[f.Kind]++
 		if f.Kind != "stage-lost" {
 			continue // orphans show up in checkNode as leaks
 		}
 		for _, v := range append(w.m.live(nil), valuesOf(w.m.gone)...) {
-			if w.d.staging(v) != f.Path || (victim != nil && victim.vol == v) || (v.staged && w.m.gone[v.id] != v) {
+			hit := slices.ContainsFunc(victims, func(o *op) bool { return o.vol == v })
+			if w.d.staging(v) != f.Path || hit || (v.staged && w.m.gone[v.id] != v) {
 				continue
 			}
 			what := "not staged"

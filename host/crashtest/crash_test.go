@@ -74,7 +74,10 @@ func TestCrash(t *testing.T) {
 		}
 		seed = n
 	}
-	t.Logf("seed %d (%s=%d repeats this run), %d kill points", seed, EnvSeed, seed, kills)
+	// The seed fixes every choice of the run; where in a call a kill lands
+	// also depends on timing, so a repeat follows the same path as far as
+	// the calls cut off are the same.
+	t.Logf("seed %d (%s=%d repeats this run's choices), %d kill points", seed, EnvSeed, seed, kills)
 	online := hasCapability(unix.CAP_SYS_RESOURCE)
 	if !online {
 		t.Log("no CAP_SYS_RESOURCE: the kernel refuses to grow a mounted ext4, so expanded mount volumes are not node-expanded while staged")
@@ -109,10 +112,10 @@ func TestCrash(t *testing.T) {
 }
 
 // round runs a few calls to their answer, then kills the daemon: mostly
-// during one more call, sometimes between calls or while the daemon
-// starts. It restarts the daemon, retries the call that was cut off and
-// checks everything against the model. It reports false when the daemon
-// cannot be started again.
+// while one call, or a few side by side, are in flight, sometimes between
+// calls or while the daemon starts. It restarts the daemon, retries the
+// calls that were cut off and checks everything against the model. It
+// reports false when the daemon cannot be started again.
 func (w *workload) round() bool {
 	t0 := time.Now()
 	for range w.rng.IntN(3) {
@@ -125,60 +128,89 @@ func (w *workload) round() bool {
 	case n < 3:
 		return w.killBetweenCalls()
 	}
-	// The victim is a CSI call: a pod's write before it runs to its end.
-	w.makeRoom()
-	victim := w.pick(true)
-	for !victim.isCSI {
-		w.run(victim)
-		victim = w.pick(true)
-	}
-	label := victim.label()
-	res := make(chan error, 1)
+	victims := w.victims()
+	res := make([]chan error, len(victims))
 	begin := time.Now()
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		defer cancel()
-		res <- victim.call(ctx, w.d)
-	}()
-	sleepPrecisely(w.est.delay(w.rng, label))
+	for i, o := range victims {
+		res[i] = make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+			defer cancel()
+			res[i] <- o.call(ctx, w.d)
+		}()
+	}
+	sleepPrecisely(w.est.delay(w.rng, victims[w.rng.IntN(len(victims))].label()))
 	w.d.kill()
-	err := <-res
-	elapsed := time.Since(begin)
-	ks := w.stats.kills[label]
-	if ks == nil {
-		ks = &killStats{}
-		w.stats.kills[label] = ks
-	}
-	cutOff := err != nil
-	if !cutOff {
-		w.est.observe(label, elapsed)
-	}
-	if cutOff {
+	w.stats.inCalls++
+	var cut []*op
+	for i, o := range victims {
+		err := <-res[i]
+		label := o.label()
+		ks := w.stats.kills[label]
+		if ks == nil {
+			ks = &killStats{}
+			w.stats.kills[label] = ks
+		}
+		if err == nil {
+			ks.answered++
+			if len(victims) == 1 {
+				w.est.observe(label, time.Since(begin))
+			}
+			o.done()
+			continue
+		}
 		ks.cutOff++
+		cut = append(cut, o)
 		// Whatever the call did before the kill is for its retry to
 		// finish: a copy it started may be partial.
-		if victim.copies {
-			s := fmt.Sprintf("%s cut off by a kill in round %d", victim.kind, w.an.round)
-			if victim.kind == "snapshot" {
-				victim.snap.suspect = s
+		if o.copies {
+			why := fmt.Sprintf("%s cut off by a kill in round %d", o.kind, w.an.round)
+			if o.kind == "snapshot" {
+				o.snap.suspect = why
 			} else {
-				victim.vol.suspect = s
+				o.vol.suspect = why
 			}
 		}
-	} else {
-		ks.answered++
-		victim.done()
 	}
-	if !w.restart(victim) {
+	if !w.restart(victims) {
 		return false
 	}
-	if cutOff {
-		t0 := time.Now()
-		w.retry(victim)
-		w.stats.phase["retry"] += time.Since(t0)
+	t0 = time.Now()
+	for _, o := range cut {
+		w.retry(o)
 	}
-	w.verify(victim)
+	w.stats.phase["retry"] += time.Since(t0)
+	w.verify(victims)
 	return true
+}
+
+// victims picks the calls the kill will cut off: one, or in one round of
+// four two or three side by side on distinct volumes and snapshots, as a
+// CO runs the calls of different volumes. A pod's write picked meanwhile
+// runs to its end first.
+func (w *workload) victims() []*op {
+	w.makeRoom()
+	want := 1
+	if w.rng.IntN(4) == 0 {
+		want = 2 + w.rng.IntN(2)
+	}
+	var out []*op
+	busy := map[any]bool{}
+	for tries := 0; len(out) < want && tries < 20; tries++ {
+		o := w.pick(true)
+		if slices.ContainsFunc(o.touches(), func(x any) bool { return busy[x] }) {
+			continue
+		}
+		if !o.isCSI {
+			w.run(o)
+			continue
+		}
+		for _, x := range o.touches() {
+			busy[x] = true
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 // makeRoom deletes the oldest volumes and snapshots (unpublishing and
@@ -208,7 +240,7 @@ func (w *workload) killBetweenCalls() bool {
 	if !w.restart(nil) {
 		return false
 	}
-	w.verify(o)
+	w.verify([]*op{o})
 	return true
 }
 
@@ -231,14 +263,14 @@ func (w *workload) killDuringStart() bool {
 }
 
 // restart starts the daemon after a kill and reads its start-up reports.
-func (w *workload) restart(victim *op) bool {
+func (w *workload) restart(victims []*op) bool {
 	t0 := time.Now()
 	defer func() { w.stats.phase["restart"] += time.Since(t0) }()
 	if err := w.d.start(); err != nil {
-		w.an.add(noStart, "", "after the kill during %v: %v", victim, err)
+		w.an.add(noStart, "", "after the kill during %v: %v", victims, err)
 		return false
 	}
-	w.startupFindings(victim)
+	w.startupFindings(victims)
 	return true
 }
 

@@ -79,13 +79,13 @@ func (a *anomalies) count(class string) int {
 // killStats counts the kill points of one kind of op.
 type killStats struct {
 	cutOff   int // the call had not answered when the daemon died
-	answered int // it had (or the kill came between calls)
+	answered int // it had: the kill came while the daemon finished what the answer did not wait for
 }
 
 type runStats struct {
 	created, snapshots, deleted, writes int
 	dataChecks, restoreChecks           int
-	startupKills, betweenKills          int
+	inCalls, startupKills, betweenKills int // kills: while calls ran, between calls, during start-up
 	retries, retriesOK                  int
 	retryCodes                          map[string]int
 	kills                               map[string]*killStats
@@ -101,13 +101,12 @@ func (w *workload) report(elapsed time.Duration) string {
 		w.seed, w.killPoints(), w.an.round, w.d.starts, elapsed.Round(time.Second))
 	fmt.Fprintf(&b, "  workload: %d volumes created, %d snapshots, %d deleted, %d writes, %d data checks, %d snapshot restores checked\n",
 		w.stats.created, w.stats.snapshots, w.stats.deleted, w.stats.writes, w.stats.dataChecks, w.stats.restoreChecks)
-	fmt.Fprintf(&b, "  %-34s %8s %8s\n", "kill point", "in call", "after")
+	fmt.Fprintf(&b, "  kills: %d while calls ran, %d between calls, %d during start-up\n", w.stats.inCalls, w.stats.betweenKills, w.stats.startupKills)
+	fmt.Fprintf(&b, "  %-34s %8s %8s\n", "calls running at a kill", "cut off", "answered")
 	for _, k := range slices.Sorted(maps.Keys(w.stats.kills)) {
 		s := w.stats.kills[k]
 		fmt.Fprintf(&b, "  %-34s %8d %8d\n", k, s.cutOff, s.answered)
 	}
-	fmt.Fprintf(&b, "  %-34s %8s %8d\n", "between calls", "", w.stats.betweenKills)
-	fmt.Fprintf(&b, "  %-34s %8d\n", "daemon start-up", w.stats.startupKills)
 	codes := ""
 	for _, c := range slices.Sorted(maps.Keys(w.stats.retryCodes)) {
 		codes += fmt.Sprintf(" %s×%d", c, w.stats.retryCodes[c])
@@ -136,10 +135,7 @@ func (w *workload) report(elapsed time.Duration) string {
 	return b.String()
 }
 
+// killPoints counts the kills (one kill may cut off several calls).
 func (w *workload) killPoints() int {
-	n := w.stats.startupKills + w.stats.betweenKills
-	for _, s := range w.stats.kills {
-		n += s.cutOff + s.answered
-	}
-	return n
+	return w.stats.inCalls + w.stats.startupKills + w.stats.betweenKills
 }

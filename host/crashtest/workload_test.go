@@ -145,6 +145,26 @@ type op struct {
 	// copies says the call copies data (snapshot, clone, restore): cut off,
 	// it may leave a partial copy for its retry to find.
 	copies bool
+	src    *volume // a clone's source
+}
+
+// touches lists the volumes and snapshots the op reads or changes; ops
+// that share none can run side by side.
+func (o *op) touches() []any {
+	var out []any
+	for _, x := range []any{o.vol, o.snap, o.src} {
+		switch x := x.(type) {
+		case *volume:
+			if x != nil {
+				out = append(out, x)
+			}
+		case *snapshot:
+			if x != nil {
+				out = append(out, x)
+			}
+		}
+	}
+	return out
 }
 
 func (o *op) label() string {
@@ -263,7 +283,7 @@ func (w *workload) createOp(backend string, block bool, src *volume, snap *snaps
 	o := &op{kind: "create", vol: v, isCSI: true}
 	switch {
 	case src != nil:
-		o.kind, o.copies = "clone", true
+		o.kind, o.copies, o.src = "clone", true, src
 		size = src.capacity
 		v.token, v.copied, v.suspect = src.token, true, src.suspect
 		v.origin = "clone of " + src.name
