@@ -140,7 +140,7 @@ func (w *workload) round() bool {
 		}()
 	}
 	sleepPrecisely(w.est.delay(w.rng, victims[w.rng.IntN(len(victims))].label()))
-	w.d.kill()
+	w.kill()
 	w.stats.inCalls++
 	var cut []*op
 	for i, o := range victims {
@@ -236,7 +236,7 @@ func (w *workload) killBetweenCalls() bool {
 	o := w.pick(true)
 	w.run(o)
 	time.Sleep(time.Duration(w.rng.Float64() * float64(20*time.Millisecond)))
-	w.d.kill()
+	w.kill()
 	if !w.restart(nil) {
 		return false
 	}
@@ -248,13 +248,13 @@ func (w *workload) killBetweenCalls() bool {
 // records, loading modules, reconciling) and starts it once more.
 func (w *workload) killDuringStart() bool {
 	w.stats.startupKills++
-	w.d.kill()
+	w.kill()
 	if err := w.d.spawn(); err != nil {
 		w.an.add(noStart, "", "%v", err)
 		return false
 	}
 	time.Sleep(time.Duration(w.rng.Float64() * float64(400*time.Millisecond)))
-	w.d.kill()
+	w.kill()
 	if !w.restart(nil) {
 		return false
 	}
@@ -365,4 +365,14 @@ func (w *workload) refusedByStaleRecord(o *op, err error) bool {
 	w.an.add(staleNode, fmt.Sprintf("%s/%d", o.vol.name, o.vol.unstages),
 		"DeleteVolume of %s, which is neither staged nor published (%d NodeUnstage acknowledged), is refused: %v", o.vol, o.vol.unstages, err)
 	return true
+}
+
+// kill kills the daemon, with its child processes or (one kill in three)
+// alone.
+func (w *workload) kill() {
+	alone := w.rng.IntN(3) == 0
+	if alone {
+		w.stats.aloneKills++
+	}
+	w.d.kill(!alone)
 }

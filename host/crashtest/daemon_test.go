@@ -100,7 +100,7 @@ func newDaemon(t *testing.T) *daemon {
 		},
 	}
 	t.Cleanup(func() {
-		d.kill()
+		d.kill(true)
 		releaseUnder(t, dir)
 		if !t.Failed() || os.Getenv("WASMCSI_CRASH_KEEP") == "" {
 			os.RemoveAll(dir)
@@ -251,12 +251,20 @@ func (d *daemon) connect() error {
 	return nil
 }
 
-// kill SIGKILLs the daemon's process group and waits until it is gone.
-func (d *daemon) kill() {
+// kill SIGKILLs the daemon and waits until it is gone. With group, the
+// programs it runs (mkfs, blkid, resize2fs) die with it, as when a
+// container or a systemd unit is killed; without, they run on, as when
+// the kernel's OOM killer picks the daemon alone, and the next daemon
+// meets them at work.
+func (d *daemon) kill(group bool) {
 	if d.cmd == nil {
 		return
 	}
-	syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+	pid := d.cmd.Process.Pid
+	if group {
+		pid = -pid
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
 	<-d.exited
 	d.cmd = nil
 }
@@ -273,7 +281,7 @@ func (d *daemon) stop() error {
 		d.cmd = nil
 		return nil
 	case <-time.After(30 * time.Second):
-		d.kill()
+		d.kill(true)
 		return errors.New("daemon did not stop within 30s of SIGTERM; killed")
 	}
 }

@@ -86,6 +86,7 @@ type runStats struct {
 	created, snapshots, deleted, writes int
 	dataChecks, restoreChecks           int
 	inCalls, startupKills, betweenKills int // kills: while calls ran, between calls, during start-up
+	aloneKills                          int // kills that left the daemon's child processes running
 	retries, retriesOK                  int
 	retryCodes                          map[string]int
 	kills                               map[string]*killStats
@@ -101,7 +102,8 @@ func (w *workload) report(elapsed time.Duration) string {
 		w.seed, w.killPoints(), w.an.round, w.d.starts, elapsed.Round(time.Second))
 	fmt.Fprintf(&b, "  workload: %d volumes created, %d snapshots, %d deleted, %d writes, %d data checks, %d snapshot restores checked\n",
 		w.stats.created, w.stats.snapshots, w.stats.deleted, w.stats.writes, w.stats.dataChecks, w.stats.restoreChecks)
-	fmt.Fprintf(&b, "  kills: %d while calls ran, %d between calls, %d during start-up\n", w.stats.inCalls, w.stats.betweenKills, w.stats.startupKills)
+	fmt.Fprintf(&b, "  kills: %d while calls ran, %d between calls, %d during start-up; %d of the daemon alone, the others with its child processes\n",
+		w.stats.inCalls, w.stats.betweenKills, w.stats.startupKills, w.stats.aloneKills)
 	fmt.Fprintf(&b, "  %-34s %8s %8s\n", "calls running at a kill", "cut off", "answered")
 	for _, k := range slices.Sorted(maps.Keys(w.stats.kills)) {
 		s := w.stats.kills[k]
