@@ -61,7 +61,7 @@ test-vm:
 # make test runs the same test with 200 kill points (20 with -short); this
 # runs the daemon and modules that make build wrote, for as long as asked.
 crash: build
-	WASMCSI_CRASH_DAEMON=$(abspath $(BIN)/wasmcsi) WASMCSI_MODULE_DIR=$(abspath $(BIN)/modules) \
+	WASMCSI_TEST_DAEMON=$(abspath $(BIN)/wasmcsi) WASMCSI_MODULE_DIR=$(abspath $(BIN)/modules) \
 	WASMCSI_CRASH_KILLS=$(KILLS) $(if $(SEED),WASMCSI_CRASH_SEED=$(SEED)) \
 	$(GO) test -count=1 -v -timeout 0 -run '^TestCrash$$' ./host/crashtest/
 

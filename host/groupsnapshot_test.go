@@ -757,7 +757,7 @@ func TestGroupSnapshotDaemonKilledWhileFrozen(t *testing.T) {
 	go groupSnapshot(context.Background(), t, d, "kl-2", members...)
 	w.waitStalled(t, 20*time.Second)
 	before := w.written.Load()
-	guards := children(t, p.cmd.Process.Pid)
+	guards := children(t, p.Pid())
 	if len(guards) != 1 {
 		t.Fatalf("the daemon has %d child processes, want its one guardian: %v", len(guards), guards)
 	}

@@ -1,28 +1,19 @@
 package host_test
 
 import (
-	"bufio"
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/wasmcsi/wasmcsi/host/internal/daemontest"
 	"github.com/wasmcsi/wasmcsi/host/state"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
@@ -32,222 +23,56 @@ import (
 // NodeUnpublish answered brings the record back. These tests run the real
 // daemon binary as its own process and kill it with SIGKILL at that point.
 
-// procDaemon is the wasmcsi binary serving localdir, loopfile and the slow
-// fixture from a folder of its own.
+// procDaemon is the wasmcsi program (run by daemontest) serving
+// localdir, loopfile and the slow fixture from a folder of its own.
 type procDaemon struct {
-	bin, dir, config, socket string
-	cmd                      *exec.Cmd
-	exited                   chan struct{}
-	conn                     *grpc.ClientConn
+	*daemontest.Daemon
+	dir  string
+	conn *grpc.ClientConn // to the daemon that started last
 	// slow is the slow fixture's mode from the next start on: "hang"
 	// makes its snapshots hang (testdata/slow.wat).
 	slow string
-
-	mu   sync.Mutex
-	logs []string // the log lines of the current run
-}
-
-var (
-	daemonBinOnce sync.Once
-	daemonBin     string
-	daemonBinErr  error
-)
-
-// buildDaemon builds cmd/wasmcsi once per test binary, into a file that
-// later runs overwrite (as sdk/moduletest does with modules), so that runs
-// leave no copies behind.
-func buildDaemon(t *testing.T) string {
-	t.Helper()
-	daemonBinOnce.Do(func() {
-		dir := filepath.Join(os.TempDir(), "wasmcsi-test-daemon")
-		if daemonBinErr = os.MkdirAll(dir, 0o755); daemonBinErr != nil {
-			return
-		}
-		// Build under a name of this process, then rename: test binaries
-		// of several packages may build at once, and a running daemon
-		// keeps the file it was started from.
-		// One file per source tree: worktrees of the same repository build
-		// different daemons.
-		src, err := filepath.Abs("../cmd/wasmcsi")
-		if daemonBinErr = err; err != nil {
-			return
-		}
-		sum := sha256.Sum256([]byte(src))
-		daemonBin = filepath.Join(dir, "wasmcsi-"+hex.EncodeToString(sum[:8]))
-		tmp := daemonBin + "." + strconv.Itoa(os.Getpid())
-		out, err := exec.Command("go", "build", "-o", tmp, "../cmd/wasmcsi").CombinedOutput()
-		if err != nil {
-			os.Remove(tmp)
-			daemonBinErr = fmt.Errorf("build the daemon: %v\n%s", err, out)
-			return
-		}
-		daemonBinErr = os.Rename(tmp, daemonBin)
-	})
-	if daemonBinErr != nil {
-		t.Fatal(daemonBinErr)
-	}
-	return daemonBin
 }
 
 func newProcDaemon(t *testing.T) *procDaemon {
 	t.Helper()
-	requireRoot(t)
-	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		t.Skip("needs loop devices: ", err)
-	}
-	if _, err := os.Stat("../cmd/wasmcsi"); err != nil {
-		t.Skip("daemon sources not present: ", err)
-	}
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("needs the go command to build the daemon: ", err)
-	}
-	localdir := localdirWasm(t)
-	loopfile := moduletest.Build(t, "../examples/loopfile", moduletest.Go)
-	dir, err := os.MkdirTemp("", "wcsi-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &procDaemon{bin: buildDaemon(t), dir: dir, config: filepath.Join(dir, "config.yaml"), socket: filepath.Join(dir, "csi.sock")}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	releaseUnder(t, dir)
-	modules := filepath.Join(dir, "modules")
-	for name, wasm := range map[string]string{"localdir": localdir, "loopfile": loopfile, "slow": filepath.Join("testdata", "slow.wasm")} {
-		if err := os.MkdirAll(filepath.Join(dir, "pools", name), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		data, err := os.ReadFile(wasm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(modules, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(modules, name+".wasm"), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	daemontest.Require(t)
+	d := daemontest.New(t, daemontest.Options{Modules: []daemontest.Module{
+		{Name: "localdir", Wasm: localdirWasm(t), HostCalls: []string{"dir"}, Pool: true, Config: map[string]string{"quota": "off"}},
+		{Name: "loopfile", Wasm: moduletest.Build(t, "../examples/loopfile", moduletest.Go), HostCalls: []string{"file", "loop"}, Pool: true},
+		{Name: "slow", Wasm: filepath.Join("testdata", "slow.wasm"), Config: map[string]string{"mode": ""}},
+	}})
+	p := &procDaemon{Daemon: d, dir: d.Dir}
 	p.start(t)
 	t.Cleanup(func() { p.stop(t) })
 	return p
 }
 
-// writeConfig writes the daemon's configuration file.
-func (p *procDaemon) writeConfig(t *testing.T) {
-	t.Helper()
-	dir := p.dir
-	modules := filepath.Join(dir, "modules")
-	cfg := fmt.Sprintf(`endpoint: unix://%s
-node_id: test-node
-role: all
-state_dir: %s
-module_dir: %s
-cache_dir: %s
-watch_modules: false
-default_backend: localdir
-log_level: info
-log_format: text
-modules:
-  localdir:
-    hostcalls: [dir]
-    roots: [%s]
-    config: {quota: "off"}
-  loopfile:
-    hostcalls: [file, loop]
-    roots: [%s]
-  slow:
-    hostcalls: []
-    roots: []
-    config: {mode: "%s"}
-`, p.socket, filepath.Join(dir, "state"), modules, filepath.Join(os.TempDir(), "wasmcsi-test-cache"),
-		filepath.Join(dir, "pools", "localdir"), filepath.Join(dir, "pools", "loopfile"), p.slow)
-	if err := os.WriteFile(p.config, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// start runs the daemon on its configuration as it is now and waits until
-// it serves (after its start-up reconciliation).
+// start runs the daemon on its configuration as it is now (the slow
+// fixture's mode) and waits until it serves (after its start-up
+// reconciliation).
 func (p *procDaemon) start(t *testing.T) {
 	t.Helper()
-	p.writeConfig(t)
-	cmd := exec.Command(p.bin, "serve", "--config", p.config)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
+	p.Modules[2].Config["mode"] = p.slow
+	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p.mu.Lock()
-	p.logs = nil
-	p.mu.Unlock()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p.cmd, p.exited = cmd, make(chan struct{})
-	go func() {
-		lines := bufio.NewScanner(stderr)
-		for lines.Scan() {
-			p.mu.Lock()
-			p.logs = append(p.logs, lines.Text())
-			p.mu.Unlock()
-		}
-		cmd.Wait()
-		close(p.exited)
-	}()
-	conn, err := grpc.NewClient("unix://"+p.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.conn = conn
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		resp, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{})
-		cancel()
-		if err == nil && resp.GetReady().GetValue() {
-			return
-		}
-		select {
-		case <-p.exited:
-			t.Fatalf("daemon exited:\n%s", strings.Join(p.log(), "\n"))
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("daemon not ready after a minute: %v\n%s", err, strings.Join(p.log(), "\n"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	p.conn = p.Conn()
 }
 
-func (p *procDaemon) log() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.logs...)
-}
+func (p *procDaemon) log() []string { return p.Log() }
 
-// kill ends the daemon with SIGKILL, as a crash would.
+// kill ends the daemon with SIGKILL, as a crash would; what it started
+// (a group snapshot's guardian) runs on.
 func (p *procDaemon) kill(t *testing.T) {
 	t.Helper()
-	p.conn.Close()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-p.exited
+	p.Kill(false)
 }
 
 // stop ends the daemon gracefully; it does nothing when it is not running.
 func (p *procDaemon) stop(t *testing.T) {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	p.conn.Close()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(20 * time.Second):
-		t.Error("daemon did not stop on SIGTERM")
-		p.cmd.Process.Kill()
-		<-p.exited
+	if err := p.Stop(); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/wasmcsi/wasmcsi/host/internal/daemontest"
 	"github.com/wasmcsi/wasmcsi/host/state"
 )
 
@@ -61,7 +62,7 @@ func (w *workload) listVolumes() (map[string]*csi.Volume, error) {
 	token := ""
 	for {
 		ctx, cancel := callCtx()
-		resp, err := w.d.ctrl.ListVolumes(ctx, &csi.ListVolumesRequest{MaxEntries: 5, StartingToken: token})
+		resp, err := w.d.Controller().ListVolumes(ctx, &csi.ListVolumesRequest{MaxEntries: 5, StartingToken: token})
 		cancel()
 		if err != nil {
 			return nil, err
@@ -80,7 +81,7 @@ func (w *workload) listSnapshots() (map[string]*csi.Snapshot, error) {
 	token := ""
 	for {
 		ctx, cancel := callCtx()
-		resp, err := w.d.ctrl.ListSnapshots(ctx, &csi.ListSnapshotsRequest{MaxEntries: 5, StartingToken: token})
+		resp, err := w.d.Controller().ListSnapshots(ctx, &csi.ListSnapshotsRequest{MaxEntries: 5, StartingToken: token})
 		cancel()
 		if err != nil {
 			return nil, err
@@ -187,7 +188,7 @@ func (w *workload) nodeFindings(final bool) []nodeFinding {
 		}
 		out = append(out, nodeFinding{class, key, fmt.Sprintf(format, args...)})
 	}
-	mounts, err := mountsUnder(w.d.dir)
+	mounts, err := daemontest.MountsUnder(w.d.Dir)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func (w *workload) nodeFindings(final bool) []nodeFinding {
 	for _, m := range mounts {
 		mounted[m] = true
 	}
-	devs, err := loopsUnder(w.d.dir)
+	devs, err := daemontest.LoopsUnder(w.d.Dir)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -281,7 +282,7 @@ func valuesOf[K comparable, V any](m map[K]V) []V {
 func (w *workload) checkNodeRecords() {
 	for _, v := range w.m.live(func(v *volume) bool { return v.staged && v.block && !v.nodeExpand }) {
 		ctx, cancel := callCtx()
-		resp, err := w.d.nodeC.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: v.id, VolumePath: w.d.staging(v)})
+		resp, err := w.d.Node().NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: v.id, VolumePath: w.d.staging(v)})
 		cancel()
 		switch {
 		case err != nil:
@@ -292,7 +293,7 @@ func (w *workload) checkNodeRecords() {
 	}
 	for _, v := range w.m.live(func(v *volume) bool { return !v.staged && !v.block }) {
 		ctx, cancel := callCtx()
-		_, err := w.d.nodeC.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: v.id, VolumePath: w.d.staging(v)})
+		_, err := w.d.Node().NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: v.id, VolumePath: w.d.staging(v)})
 		cancel()
 		if err == nil {
 			w.an.add(staleNode, fmt.Sprintf("%s/%d", v.name, v.unstages), "%s is not staged (%d NodeUnstage acknowledged), yet NodeGetVolumeStats at its staging path answers OK: the daemon still holds its stage record", v, v.unstages)
@@ -443,7 +444,7 @@ func (w *workload) final() {
 			continue
 		}
 		ctx, cancel := callCtx()
-		_, err := w.d.ctrl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: s.id})
+		_, err := w.d.Controller().DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: s.id})
 		cancel()
 		if err != nil {
 			w.an.add(cleanupFailed, "", "DeleteSnapshot %s: %v", s, err)
@@ -456,10 +457,10 @@ func (w *workload) final() {
 	w.deleteListed()
 
 	// A clean restart: start-up must report nothing, and list nothing.
-	if err := w.d.stop(); err != nil {
+	if err := w.d.Stop(); err != nil {
 		w.an.add(noStart, "", "%v", err)
 	}
-	if err := w.d.start(); err != nil {
+	if err := w.d.Start(); err != nil {
 		w.an.add(noStart, "", "after cleanup: %v", err)
 		return
 	}
@@ -471,7 +472,7 @@ func (w *workload) final() {
 	}
 	w.checkLists(true)
 	w.deleteListed()
-	if err := w.d.stop(); err != nil {
+	if err := w.d.Stop(); err != nil {
 		w.an.add(noStart, "", "%v", err)
 	}
 
@@ -511,7 +512,7 @@ func (w *workload) cleanupVolume(v *volume) {
 		call func(ctx context.Context) error
 	}{
 		{"NodeUnpublishVolume", func(ctx context.Context) error {
-			_, err := w.d.nodeC.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.id, TargetPath: w.d.target(v)})
+			_, err := w.d.Node().NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: v.id, TargetPath: w.d.target(v)})
 			if err == nil {
 				v.published = false
 			}
@@ -519,7 +520,7 @@ func (w *workload) cleanupVolume(v *volume) {
 		}},
 		{"NodeUnstageVolume", func(ctx context.Context) error {
 			wasStaged := v.staged
-			_, err := w.d.nodeC.NodeUnstageVolume(ctx, w.unstageReq(v))
+			_, err := w.d.Node().NodeUnstageVolume(ctx, w.unstageReq(v))
 			if err == nil && wasStaged {
 				v.staged = false
 				v.unstages++
@@ -527,7 +528,7 @@ func (w *workload) cleanupVolume(v *volume) {
 			return err
 		}},
 		{"DeleteVolume", func(ctx context.Context) error {
-			_, err := w.d.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.id})
+			_, err := w.d.Controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.id})
 			return err
 		}},
 	}
@@ -565,7 +566,7 @@ func (w *workload) deleteListed() {
 				w.an.add(staleRecord, id, "ListVolumes lists %s after cleanup; no acknowledged CreateVolume returned it", id)
 			}
 			ctx, cancel := callCtx()
-			_, err := w.d.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+			_, err := w.d.Controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
 			cancel()
 			if err != nil {
 				w.an.add(cleanupFailed, "", "DeleteVolume %s (listed after cleanup): %v", id, err)
@@ -578,7 +579,7 @@ func (w *workload) deleteListed() {
 				w.an.add(staleRecord, id, "ListSnapshots lists %s after cleanup; no acknowledged CreateSnapshot returned it", id)
 			}
 			ctx, cancel := callCtx()
-			_, err := w.d.ctrl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: id})
+			_, err := w.d.Controller().DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: id})
 			cancel()
 			if err != nil {
 				w.an.add(cleanupFailed, "", "DeleteSnapshot %s (listed after cleanup): %v", id, err)
@@ -590,7 +591,7 @@ func (w *workload) deleteListed() {
 // checkRecordFile opens the stopped daemon's record file and counts what
 // it still holds: after cleanup, nothing.
 func (w *workload) checkRecordFile() {
-	st, err := state.Open(filepath.Join(w.d.state, "wasmcsi.db"))
+	st, err := state.Open(filepath.Join(w.d.State, "wasmcsi.db"))
 	if err != nil {
 		w.an.add(staleRecord, "", "open the records after cleanup: %v", err)
 		return

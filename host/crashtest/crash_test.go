@@ -13,6 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/wasmcsi/wasmcsi/host/internal/daemontest"
 )
 
 // EnvKills sets the number of kill points (default 200, 20 with -short);
@@ -49,12 +51,7 @@ func hasCapability(c int) bool {
 }
 
 func TestCrash(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the daemon mounts and attaches loop devices")
-	}
-	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		t.Skip("needs loop devices: ", err)
-	}
+	daemontest.Require(t)
 	kills := 200
 	if testing.Short() {
 		kills = 20
@@ -99,7 +96,7 @@ func TestCrash(t *testing.T) {
 			t.Errorf("%d anomalies (seed %d)", n, seed)
 		}
 	}()
-	if err := d.start(); err != nil {
+	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
 	for w.killPoints() < kills {
@@ -249,7 +246,7 @@ func (w *workload) killBetweenCalls() bool {
 func (w *workload) killDuringStart() bool {
 	w.stats.startupKills++
 	w.kill()
-	if err := w.d.spawn(); err != nil {
+	if err := w.d.Spawn(); err != nil {
 		w.an.add(noStart, "", "%v", err)
 		return false
 	}
@@ -266,7 +263,7 @@ func (w *workload) killDuringStart() bool {
 func (w *workload) restart(victims []*op) bool {
 	t0 := time.Now()
 	defer func() { w.stats.phase["restart"] += time.Since(t0) }()
-	if err := w.d.start(); err != nil {
+	if err := w.d.Start(); err != nil {
 		w.an.add(noStart, "", "after the kill during %v: %v", victims, err)
 		return false
 	}
@@ -374,5 +371,5 @@ func (w *workload) kill() {
 	if alone {
 		w.stats.aloneKills++
 	}
-	w.d.kill(!alone)
+	w.d.Kill(!alone)
 }

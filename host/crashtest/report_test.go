@@ -99,7 +99,7 @@ type runStats struct {
 func (w *workload) report(elapsed time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "crash test summary: seed %d, %d kill points in %d rounds, %d daemon starts, %v\n",
-		w.seed, w.killPoints(), w.an.round, w.d.starts, elapsed.Round(time.Second))
+		w.seed, w.killPoints(), w.an.round, w.d.Starts(), elapsed.Round(time.Second))
 	fmt.Fprintf(&b, "  workload: %d volumes created, %d snapshots, %d deleted, %d writes, %d data checks, %d snapshot restores checked\n",
 		w.stats.created, w.stats.snapshots, w.stats.deleted, w.stats.writes, w.stats.dataChecks, w.stats.restoreChecks)
 	fmt.Fprintf(&b, "  kills: %d while calls ran, %d between calls, %d during start-up; %d of the daemon alone, the others with its child processes\n",

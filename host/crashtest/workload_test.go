@@ -298,7 +298,7 @@ func (w *workload) createOp(backend string, block bool, src *volume, snap *snaps
 	req.CapacityRange = &csi.CapacityRange{RequiredBytes: size}
 	var resp *csi.CreateVolumeResponse
 	o.call = func(ctx context.Context, d *daemon) (err error) {
-		resp, err = d.ctrl.CreateVolume(ctx, req)
+		resp, err = d.Controller().CreateVolume(ctx, req)
 		return err
 	}
 	o.done = func() {
@@ -320,7 +320,7 @@ func (w *workload) snapshotOp(v *volume) *op {
 	var resp *csi.CreateSnapshotResponse
 	return &op{kind: "snapshot", vol: v, snap: s, isCSI: true, copies: true,
 		call: func(ctx context.Context, d *daemon) (err error) {
-			resp, err = d.ctrl.CreateSnapshot(ctx, req)
+			resp, err = d.Controller().CreateSnapshot(ctx, req)
 			return err
 		},
 		done: func() {
@@ -343,7 +343,7 @@ func (w *workload) stageOp(v *volume) *op {
 			if err := os.MkdirAll(req.StagingTargetPath, 0o750); err != nil {
 				return err
 			}
-			_, err := d.nodeC.NodeStageVolume(ctx, req)
+			_, err := d.Node().NodeStageVolume(ctx, req)
 			return err
 		},
 		done: func() { v.staged = true },
@@ -361,7 +361,7 @@ func (w *workload) publishOp(v *volume) *op {
 			if err := os.MkdirAll(filepath.Dir(req.TargetPath), 0o750); err != nil {
 				return err
 			}
-			_, err := d.nodeC.NodePublishVolume(ctx, req)
+			_, err := d.Node().NodePublishVolume(ctx, req)
 			return err
 		},
 		done: func() { v.published = true },
@@ -384,7 +384,7 @@ func (w *workload) unpublishOp(v *volume) *op {
 	req := &csi.NodeUnpublishVolumeRequest{VolumeId: v.id, TargetPath: w.d.target(v)}
 	return &op{kind: "unpublish", vol: v, isCSI: true,
 		call: func(ctx context.Context, d *daemon) error {
-			_, err := d.nodeC.NodeUnpublishVolume(ctx, req)
+			_, err := d.Node().NodeUnpublishVolume(ctx, req)
 			return err
 		},
 		done: func() { v.published = false },
@@ -399,7 +399,7 @@ func (w *workload) unstageOp(v *volume) *op {
 	req := w.unstageReq(v)
 	return &op{kind: "unstage", vol: v, isCSI: true,
 		call: func(ctx context.Context, d *daemon) error {
-			_, err := d.nodeC.NodeUnstageVolume(ctx, req)
+			_, err := d.Node().NodeUnstageVolume(ctx, req)
 			return err
 		},
 		done: func() { v.staged = false; v.unstages++ },
@@ -412,7 +412,7 @@ func (w *workload) expandOp(v *volume) *op {
 	var resp *csi.ControllerExpandVolumeResponse
 	return &op{kind: "expand", vol: v, isCSI: true,
 		call: func(ctx context.Context, d *daemon) (err error) {
-			resp, err = d.ctrl.ControllerExpandVolume(ctx, req)
+			resp, err = d.Controller().ControllerExpandVolume(ctx, req)
 			return err
 		},
 		done: func() {
@@ -433,7 +433,7 @@ func (w *workload) nodeExpandOp(v *volume) *op {
 		CapacityRange: &csi.CapacityRange{RequiredBytes: v.capacity}, VolumeCapability: v.capability()}
 	return &op{kind: "nodeexpand", vol: v, isCSI: true,
 		call: func(ctx context.Context, d *daemon) error {
-			_, err := d.nodeC.NodeExpandVolume(ctx, req)
+			_, err := d.Node().NodeExpandVolume(ctx, req)
 			return err
 		},
 		done: func() { v.nodeExpand = false },
@@ -444,7 +444,7 @@ func (w *workload) deleteOp(v *volume) *op {
 	req := &csi.DeleteVolumeRequest{VolumeId: v.id}
 	return &op{kind: "delete", vol: v, isCSI: true,
 		call: func(ctx context.Context, d *daemon) error {
-			_, err := d.ctrl.DeleteVolume(ctx, req)
+			_, err := d.Controller().DeleteVolume(ctx, req)
 			return err
 		},
 		done: func() {
@@ -459,7 +459,7 @@ func (w *workload) deleteSnapOp(s *snapshot) *op {
 	req := &csi.DeleteSnapshotRequest{SnapshotId: s.id}
 	return &op{kind: "deletesnap", snap: s, isCSI: true,
 		call: func(ctx context.Context, d *daemon) error {
-			_, err := d.ctrl.DeleteSnapshot(ctx, req)
+			_, err := d.Controller().DeleteSnapshot(ctx, req)
 			return err
 		},
 		done: func() {
