@@ -34,8 +34,13 @@ capability {
   attachment_mode = "file-system"
 }
 
+# Keep this block when you create the volume again with a larger
+# capacity_min to expand it: Nomad refuses other mount options for a volume
+# in use, and stores an empty block for a spec without one.
+mount_options {}
+
 # The parameter names the backend module; the others go to the module.
-# For loopfile, add mount_options { fs_type = "ext4" } (or "xfs").
+# For loopfile, set mount_options { fs_type = "xfs" } (or "ext4").
 parameters {
   "wasmcsi.dev/backend" = "localdir"
 }
