@@ -216,15 +216,6 @@ func (p *Pool) Path() string { return p.m.Path(p.Name) }
 // ThinName returns the dm name of thin device id.
 func (p *Pool) ThinName(id uint32) string { return p.Name + "-" + strconv.FormatUint(uint64(id), 10) }
 
-// Deactivate removes the pool device; its metadata and volumes stay for
-// OpenPool. Active thin devices keep it busy (FailedPrecondition).
-func (p *Pool) Deactivate(ctx context.Context) error {
-	if err := p.bound(); err != nil {
-		return err
-	}
-	return p.m.Remove(ctx, p.Name)
-}
-
 // CreateThin creates thin device id of sizeSectors in the pool and
 // activates it, returning its node. An id in use answers AlreadyExists;
 // when activation fails the new id is deleted again.
@@ -354,13 +345,6 @@ func (p *Pool) ResizeThin(ctx context.Context, id uint32, sizeSectors uint64) er
 		return err
 	}
 	return p.m.Resume(ctx, name)
-}
-
-// SetTransactionID moves the pool's transaction id from old to new; the
-// kernel refuses (InvalidArgument) when old is not the current id. Callers
-// use it to mark a metadata change as recorded on their side.
-func (p *Pool) SetTransactionID(ctx context.Context, old, new uint64) error {
-	return p.message(ctx, fmt.Sprintf("set_transaction_id %d %d", old, new))
 }
 
 // PoolStatus is a thin pool's status line. Failed means the pool failed

@@ -134,7 +134,7 @@ func fakeIscsiadm(dir string, args []string) int {
 	w := loadWorld(dir)
 	defer func() { saveWorld(dir, w) }()
 
-	var mode, iqn, portal, op, sid, typ string
+	var mode, iqn, portal, op, sid string
 	var login, logout bool
 	var names, values []string
 	for i := 0; i < len(args); i++ {
@@ -150,8 +150,6 @@ func fakeIscsiadm(dir string, args []string) int {
 			op = next()
 		case "-r":
 			sid = next()
-		case "-t":
-			typ = next()
 		case "-n":
 			names = append(names, next())
 		case "-v":
@@ -176,19 +174,6 @@ func fakeIscsiadm(dir string, args []string) int {
 	key := iqn + "|" + portal
 
 	switch {
-	case mode == "discovery" && typ == "sendtargets" && op == "nonpersistent":
-		n := 0
-		for _, t := range w.Targets {
-			if t.Portal == portal && !t.Denied {
-				fmt.Printf("%s,1 %s\n", t.Portal, t.IQN)
-				n++
-			}
-		}
-		if n == 0 {
-			fmt.Fprintln(os.Stderr, "iscsiadm: No portals found")
-			return admNoObjsFound
-		}
-		return 0
 	case mode == "node" && op == "new":
 		w.Nodes[key] = map[string]string{"node.startup": "automatic", "node.session.auth.authmethod": "None"}
 		return 0

@@ -588,64 +588,6 @@ func (in *Initiator) cleanupOne(ctx context.Context, k sessionKey, id int) (bool
 	return true, nil
 }
 
-// Discovered is one target a portal reported in a SendTargets discovery.
-type Discovered struct {
-	Portal string // as the target reported it, canonical form
-	TPGT   int    // target portal group tag
-	IQN    string
-}
-
-// Discover asks portal for its targets (SendTargets) without storing node
-// records. A portal that reports no targets for this initiator returns an
-// empty list.
-func (in *Initiator) Discover(ctx context.Context, portal string) ([]Discovered, error) {
-	ap, err := ParsePortal(portal)
-	if err != nil {
-		return nil, err
-	}
-	out, err := in.adm.run(ctx, "discovery", "-m", "discovery", "-t", "sendtargets", "-p", ap.String(), "-o", "nonpersistent")
-	if exitCode(err) == admNoObjsFound {
-		return []Discovered{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("discover %s: %w", ap, err)
-	}
-	return parseDiscovery(out)
-}
-
-// parseDiscovery parses iscsiadm's "portal,tpgt iqn" lines.
-func parseDiscovery(out string) ([]Discovered, error) {
-	found := []Discovered{}
-	for _, line := range strings.Split(out, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "iscsiadm:") {
-			continue
-		}
-		addr, name, ok := strings.Cut(line, " ")
-		if !ok {
-			return nil, fmt.Errorf("discovery: unexpected line %q", line)
-		}
-		i := strings.LastIndexByte(addr, ',')
-		if i < 0 {
-			return nil, fmt.Errorf("discovery: no portal group tag in %q", line)
-		}
-		ap, err := ParsePortal(addr[:i])
-		if err != nil {
-			return nil, fmt.Errorf("discovery: %w", err)
-		}
-		tpgt, err := strconv.Atoi(addr[i+1:])
-		if err != nil {
-			return nil, fmt.Errorf("discovery: portal group tag in %q: %w", line, err)
-		}
-		name = strings.TrimSpace(name)
-		if err := ValidateName(name); err != nil {
-			return nil, fmt.Errorf("discovery: %w", err)
-		}
-		found = append(found, Discovered{Portal: ap.String(), TPGT: tpgt, IQN: name})
-	}
-	return found, nil
-}
-
 // InitiatorName returns this node's initiator name from open-iscsi's name
 // file ("InitiatorName=iqn...").
 func (in *Initiator) InitiatorName(ctx context.Context) (string, error) {

@@ -347,61 +347,6 @@ func TestRescanReportsNewSize(t *testing.T) {
 	}
 }
 
-func TestDiscover(t *testing.T) {
-	f := newFake(t,
-		fakeTarget{IQN: tIQN, Portal: tPortal, LUNs: []int{0}},
-		fakeTarget{IQN: "iqn.2024-01.dev.wasmcsi:hidden", Portal: tPortal, Denied: true},
-		fakeTarget{IQN: "iqn.2024-01.dev.wasmcsi:v6", Portal: "[fd00::1]:3260"},
-	)
-	in := f.initiator(t.TempDir())
-	ctx := ctxT(t)
-	got, err := in.Discover(ctx, "127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 1 || got[0] != (Discovered{Portal: tPortal, TPGT: 1, IQN: tIQN}) {
-		t.Fatalf("Discover = %+v", got)
-	}
-	got, err = in.Discover(ctx, "192.0.2.9")
-	if err != nil || len(got) != 0 {
-		t.Fatalf("Discover of an empty portal = %+v, %v; want none", got, err)
-	}
-	if _, err := in.Discover(ctx, "fd00::1"); abi.CodeOf(err) != abi.InvalidArgument {
-		t.Fatalf("unbracketed IPv6 portal: %v, want INVALID_ARGUMENT", err)
-	}
-	if n := len(f.world().Nodes); n != 0 {
-		t.Fatalf("discovery stored %d node records, want none", n)
-	}
-}
-
-func TestParseDiscovery(t *testing.T) {
-	tests := []struct {
-		name string
-		out  string
-		want []Discovered
-		err  bool
-	}{
-		{"empty", "", []Discovered{}, false},
-		{"two", "127.0.0.1:3260,1 iqn.2024-01.a.b:t1\n192.0.2.1:3260,2 iqn.2024-01.a.b:t2\n",
-			[]Discovered{{"127.0.0.1:3260", 1, "iqn.2024-01.a.b:t1"}, {"192.0.2.1:3260", 2, "iqn.2024-01.a.b:t2"}}, false},
-		{"ipv6", "[fd00::1]:3260,1 iqn.2024-01.a.b:t1\n", []Discovered{{"[fd00::1]:3260", 1, "iqn.2024-01.a.b:t1"}}, false},
-		{"no tag", "127.0.0.1:3260 iqn.2024-01.a.b:t1", nil, true},
-		{"bad name", "127.0.0.1:3260,1 target1", nil, true},
-		{"no name", "127.0.0.1:3260,1", nil, true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseDiscovery(tc.out)
-			if (err != nil) != tc.err {
-				t.Fatalf("err = %v, want error %v", err, tc.err)
-			}
-			if !tc.err && !slices.Equal(got, tc.want) {
-				t.Fatalf("got %+v, want %+v", got, tc.want)
-			}
-		})
-	}
-}
-
 func TestInitiatorName(t *testing.T) {
 	tests := []struct {
 		name, body, want string

@@ -329,24 +329,6 @@ func (c *Configfs) revoke(target string, lun int, initiator string) error {
 	return nil
 }
 
-// CreateBackstore creates and enables a backstore. Idempotent: an existing
-// backstore of the same name and path succeeds, one with another path is
-// AlreadyExists.
-func (c *Configfs) CreateBackstore(ctx context.Context, b Backstore) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := c.checkBackstore(&b); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := c.available(); err != nil {
-		return err
-	}
-	return c.createBackstore(b)
-}
-
 // DeleteBackstore deletes a backstore. FailedPrecondition while a LUN still
 // serves it; a missing backstore is not an error.
 func (c *Configfs) DeleteBackstore(ctx context.Context, kind Kind, name string) error {
