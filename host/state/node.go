@@ -100,21 +100,9 @@ func (s *Store) ListStages(startToken string, max int) (stages []Stage, next str
 	return stages, next, nil
 }
 
-// PutPublish records that volume p.VolumeID is published at p.TargetPath on
-// this node, replacing any earlier record for that pair.
-func (s *Store) PutPublish(p Publish) error {
-	wait, err := s.PutPublishAsync(p)
-	if err != nil {
-		return err
-	}
-	if err := wait(); err != nil {
-		return fmt.Errorf("put publish %s at %s: %w", p.VolumeID, p.TargetPath, err)
-	}
-	return nil
-}
-
-// PutPublishAsync is PutPublish that does not wait for the disk; see
-// PutStageAsync.
+// PutPublishAsync records that volume p.VolumeID is published at
+// p.TargetPath on this node, replacing any earlier record for that pair.
+// Like PutStageAsync it does not wait for the disk: wait does.
 func (s *Store) PutPublishAsync(p Publish) (wait func() error, err error) {
 	if err := checkKey("volume ID", p.VolumeID); err != nil {
 		return nil, err

@@ -100,44 +100,6 @@ func putSnapshot(tx *txn, v *Snapshot, val []byte) error {
 	return snaps.Put(id, val)
 }
 
-// UpdateSnapshot changes the stored snapshot id in one transaction, as
-// UpdateVolume does for volumes (for example to mark it ReadyToUse).
-func (s *Store) UpdateSnapshot(id string, fn func(v *Snapshot) error) (Snapshot, error) {
-	var out Snapshot
-	err := s.write(func(tx *txn) error {
-		old := tx.Bucket(bucketSnapshots).Get([]byte(id))
-		if old == nil {
-			return refuse(ErrNotFound)
-		}
-		v, err := decodeSnapshot(old)
-		if err != nil {
-			return corrupt("snapshot", id, err)
-		}
-		if err := fn(&v); err != nil {
-			return refuse(err)
-		}
-		if v.ID != id {
-			return refuse(abi.Errorf(abi.InvalidArgument, "update may not change the snapshot ID"))
-		}
-		if err := checkSnapshot(&v); err != nil {
-			return refuse(err)
-		}
-		val, err := encodeSnapshot(&v)
-		if err != nil {
-			return refuse(invalid(err))
-		}
-		if err := putSnapshot(tx, &v, val); err != nil {
-			return err
-		}
-		out = v
-		return nil
-	})
-	if err != nil {
-		return Snapshot{}, fmt.Errorf("update snapshot %s: %w", id, err)
-	}
-	return out, nil
-}
-
 // GetSnapshot returns the snapshot with the given ID, or ErrNotFound.
 func (s *Store) GetSnapshot(id string) (Snapshot, error) {
 	var v Snapshot
@@ -212,12 +174,6 @@ func (s *Store) DeleteSnapshot(id string) error {
 		return fmt.Errorf("delete snapshot %s: %w", id, err)
 	}
 	return nil
-}
-
-// SnapshotsOf returns every snapshot whose source is volumeID, in ID order.
-func (s *Store) SnapshotsOf(volumeID string) ([]Snapshot, error) {
-	snaps, _, err := s.ListSnapshots(SnapshotFilter{SourceVolumeID: volumeID}, "", 0)
-	return snaps, err
 }
 
 // SnapshotFilter narrows ListSnapshots as CSI's ListSnapshotsRequest does.

@@ -22,7 +22,7 @@
 //	snapshot_names   snapshot name -> snapshot ID
 //	snapshot_source  uvarint(len(source volume ID)) | source volume ID | snapshot ID -> empty
 //	groups           group ID -> Group
-//	group_names      group name -> group ID
+//	group_names      unused: files written before groups lost their name index may hold entries
 //	stages           volume ID -> Stage
 //	publishes        uvarint(len(volume ID)) | volume ID | target path -> Publish
 //	ephemeral        the CO's volume ID -> Ephemeral (inline ephemeral volumes)
@@ -493,7 +493,7 @@ const (
 	listVolumes listing = iota + 1
 	listSnapshots
 	listSnapshotsBySource
-	listGroups
+	_ // was the groups listing; the values of the others stay
 	listStages
 	listPublishes
 	listEphemerals

@@ -114,14 +114,11 @@ func TestNotFound(t *testing.T) {
 	for name, call := range map[string]func() error{
 		"GetVolume":      func() error { _, err := s.GetVolume("x"); return err },
 		"VolumeByName":   func() error { _, err := s.VolumeByName("x"); return err },
-		"UpdateVolume":   func() error { _, err := s.UpdateVolume("x", func(*Volume) error { return nil }); return err },
 		"DeleteVolume":   func() error { return s.DeleteVolume("x") },
 		"GetSnapshot":    func() error { _, err := s.GetSnapshot("x"); return err },
 		"SnapshotByName": func() error { _, err := s.SnapshotByName("x"); return err },
-		"UpdateSnapshot": func() error { _, err := s.UpdateSnapshot("x", func(*Snapshot) error { return nil }); return err },
 		"DeleteSnapshot": func() error { return s.DeleteSnapshot("x") },
 		"GetGroup":       func() error { _, err := s.GetGroup("x"); return err },
-		"GroupByName":    func() error { _, err := s.GroupByName("x"); return err },
 		"DeleteGroup":    func() error { return s.DeleteGroup("x") },
 		"GetStage":       func() error { _, err := s.GetStage("x"); return err },
 		"DeleteStage":    func() error { return s.DeleteStage("x") },
@@ -146,8 +143,8 @@ func TestInvalidRecords(t *testing.T) {
 		"group not UTF-8":          func() error { return s.PutGroup(Group{ID: "g", SnapshotIDs: []string{"\xc3"}}) },
 		"stage without volume":     func() error { return s.PutStage(Stage{StagingPath: "/s"}) },
 		"stage not UTF-8":          func() error { return s.PutStage(Stage{VolumeID: "v", MountFlags: []string{"\xff"}}) },
-		"publish without target":   func() error { return s.PutPublish(Publish{VolumeID: "v"}) },
-		"publish without volume":   func() error { return s.PutPublish(Publish{TargetPath: "/t"}) },
+		"publish without target":   func() error { return putPublish(s, Publish{VolumeID: "v"}) },
+		"publish without volume":   func() error { return putPublish(s, Publish{TargetPath: "/t"}) },
 	} {
 		t.Run(name, func(t *testing.T) { wantCode(t, call(), abi.InvalidArgument, nil) })
 	}
@@ -173,8 +170,12 @@ func TestNameIndex(t *testing.T) {
 	}
 	rename := func(id, name string) func(*Store) error {
 		return func(s *Store) error {
-			_, err := s.UpdateVolume(id, func(v *Volume) error { v.Name = name; return nil })
-			return err
+			v, err := s.GetVolume(id)
+			if err != nil {
+				return err
+			}
+			v.Name = name
+			return s.PutVolume(v)
 		}
 	}
 	steps := []step{
@@ -240,51 +241,10 @@ func TestInsertRefusesTakenID(t *testing.T) {
 	if _, err := s.SnapshotByName("sb"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("refused insert recorded name sb: %v", err)
 	}
-	if of, err := s.SnapshotsOf("v9"); err != nil || len(of) != 0 {
+	if of, err := snapshotsOf(s, "v9"); err != nil || len(of) != 0 {
 		t.Fatalf("refused insert indexed source v9: %v, %v", of, err)
 	}
 	checkDB(t, s)
-}
-
-func TestUpdateVolume(t *testing.T) {
-	s := openStore(t)
-	if err := s.PutVolume(Volume{ID: "v1", Name: "n1", CapacityBytes: 10}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.UpdateVolume("v1", func(v *Volume) error {
-		if v.Published == nil {
-			v.Published = map[string]PublishedNode{}
-		}
-		v.Published["node-a"] = PublishedNode{ReadOnly: true}
-		return nil
-	})
-	if err != nil || !got.Published["node-a"].ReadOnly {
-		t.Fatalf("UpdateVolume = %+v, %v", got, err)
-	}
-	if stored, _ := s.GetVolume("v1"); !reflect.DeepEqual(stored, got) {
-		t.Fatalf("stored %+v, returned %+v", stored, got)
-	}
-
-	refusal := abi.Errorf(abi.FailedPrecondition, "published elsewhere")
-	_, err = s.UpdateVolume("v1", func(v *Volume) error { v.CapacityBytes = 99; return refusal })
-	if !errors.Is(err, refusal) {
-		t.Fatalf("fn error not returned: %v", err)
-	}
-	_, err = s.UpdateVolume("v1", func(v *Volume) error { v.ID = "v2"; return nil })
-	wantCode(t, err, abi.InvalidArgument, nil)
-	_, err = s.UpdateVolume("v1", func(v *Volume) error { v.Context = map[string]string{"\xff": ""}; return nil })
-	wantCode(t, err, abi.InvalidArgument, nil)
-	if v, _ := s.GetVolume("v1"); v.CapacityBytes != 10 {
-		t.Fatalf("refused update was written: %+v", v)
-	}
-
-	if err := s.PutSnapshot(Snapshot{ID: "s1", SourceVolumeID: "v1"}); err != nil {
-		t.Fatal(err)
-	}
-	snap, err := s.UpdateSnapshot("s1", func(v *Snapshot) error { v.ReadyToUse = true; return nil })
-	if err != nil || !snap.ReadyToUse {
-		t.Fatalf("UpdateSnapshot = %+v, %v", snap, err)
-	}
 }
 
 func TestSnapshots(t *testing.T) {
@@ -351,9 +311,9 @@ func TestSnapshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	for vol, want := range map[string][]string{"v1": {"s1"}, "v2": {"s2"}} {
-		got, err := s.SnapshotsOf(vol)
+		got, err := snapshotsOf(s, vol)
 		if err != nil || !reflect.DeepEqual(ids(got), want) {
-			t.Fatalf("SnapshotsOf(%s) = %v, %v; want %v", vol, ids(got), err, want)
+			t.Fatalf("snapshotsOf(%s) = %v, %v; want %v", vol, ids(got), err, want)
 		}
 	}
 	// Deleting the source volume keeps its snapshots, as CSI allows.
@@ -363,7 +323,7 @@ func TestSnapshots(t *testing.T) {
 	if err := s.DeleteVolume("v1"); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.SnapshotsOf("v1"); !reflect.DeepEqual(ids(got), []string{"s1"}) {
+	if got, _ := snapshotsOf(s, "v1"); !reflect.DeepEqual(ids(got), []string{"s1"}) {
 		t.Fatalf("snapshots of deleted volume: %v", ids(got))
 	}
 	checkDB(t, s)
@@ -378,15 +338,11 @@ func TestGroups(t *testing.T) {
 	if got, err := s.GetGroup("g1"); err != nil || !reflect.DeepEqual(got, g) {
 		t.Fatalf("GetGroup = %+v, %v", got, err)
 	}
-	if got, err := s.GroupByName("grp"); err != nil || got.ID != "g1" {
-		t.Fatalf("GroupByName = %+v, %v", got, err)
-	}
-	wantCode(t, s.PutGroup(Group{ID: "g2", Name: "grp"}), abi.AlreadyExists, ErrNameTaken)
 	if err := s.DeleteGroup("g1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.GroupByName("grp"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("name survived delete: %v", err)
+	if _, err := s.GetGroup("g1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("group survived delete: %v", err)
 	}
 }
 
@@ -414,7 +370,7 @@ func TestNodeRecords(t *testing.T) {
 		{VolumeID: "a", TargetPath: "/pods/2"},
 	}
 	for _, p := range pubs {
-		if err := s.PutPublish(p); err != nil {
+		if err := putPublish(s, p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -502,19 +458,6 @@ var listers = []lister{
 		},
 	},
 	{
-		name: "groups",
-		put:  func(s *Store, i int) error { return s.PutGroup(Group{ID: key(i)}) },
-		del:  func(s *Store, i int) error { return s.DeleteGroup(key(i)) },
-		list: func(s *Store, token string, max int) ([]string, string, error) {
-			gs, next, err := s.ListGroups(token, max)
-			var keys []string
-			for _, g := range gs {
-				keys = append(keys, g.ID)
-			}
-			return keys, next, err
-		},
-	},
-	{
 		name: "stages",
 		put:  func(s *Store, i int) error { return s.PutStage(Stage{VolumeID: key(i)}) },
 		del:  func(s *Store, i int) error { return s.DeleteStage(key(i)) },
@@ -529,7 +472,7 @@ var listers = []lister{
 	},
 	{
 		name: "publishes",
-		put:  func(s *Store, i int) error { return s.PutPublish(Publish{VolumeID: "vol", TargetPath: key(i)}) },
+		put:  func(s *Store, i int) error { return putPublish(s, Publish{VolumeID: "vol", TargetPath: key(i)}) },
 		del:  func(s *Store, i int) error { return s.DeletePublish("vol", key(i)) },
 		list: func(s *Store, token string, max int) ([]string, string, error) {
 			ps, next, err := s.ListPublishes(token, max)
@@ -665,7 +608,6 @@ func TestBadToken(t *testing.T) {
 			_, _, err := s.ListSnapshots(SnapshotFilter{SnapshotID: key(1)}, tok, 0)
 			return err
 		}, snapToken},
-		{"volume token for groups", func(tok string) error { _, _, err := s.ListGroups(tok, 0); return err }, volToken},
 		{"volume token for stages", func(tok string) error { _, _, err := s.ListStages(tok, 0); return err }, volToken},
 		{"volume token for publishes", func(tok string) error { _, _, err := s.ListPublishes(tok, 0); return err }, volToken},
 	}
@@ -694,7 +636,7 @@ func TestPersistence(t *testing.T) {
 	st := Stage{VolumeID: "v1", StagingPath: "/st"}
 	pub := Publish{VolumeID: "v1", TargetPath: "/t"}
 	g := Group{ID: "g1", Name: "gn", SnapshotIDs: []string{"s1"}}
-	for _, err := range []error{s.PutVolume(v), s.PutSnapshot(snap), s.PutStage(st), s.PutPublish(pub), s.PutGroup(g)} {
+	for _, err := range []error{s.PutVolume(v), s.PutSnapshot(snap), s.PutStage(st), putPublish(s, pub), s.PutGroup(g)} {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -711,7 +653,7 @@ func TestPersistence(t *testing.T) {
 	if got, err := s.VolumeByName("pvc-1"); err != nil || !reflect.DeepEqual(got, v) {
 		t.Fatalf("volume after reopen = %+v, %v", got, err)
 	}
-	if got, err := s.SnapshotsOf("v1"); err != nil || len(got) != 1 || !reflect.DeepEqual(got[0], snap) {
+	if got, err := snapshotsOf(s, "v1"); err != nil || len(got) != 1 || !reflect.DeepEqual(got[0], snap) {
 		t.Fatalf("snapshots after reopen = %+v, %v", got, err)
 	}
 	if got, err := s.SnapshotByName("sn"); err != nil || got.ID != "s1" {
@@ -723,7 +665,7 @@ func TestPersistence(t *testing.T) {
 	if got, err := s.PublishesOf("v1"); err != nil || len(got) != 1 || !reflect.DeepEqual(got[0], pub) {
 		t.Fatalf("publishes after reopen = %+v, %v", got, err)
 	}
-	if got, err := s.GroupByName("gn"); err != nil || !reflect.DeepEqual(got, g) {
+	if got, err := s.GetGroup(g.ID); err != nil || !reflect.DeepEqual(got, g) {
 		t.Fatalf("group after reopen = %+v, %v", got, err)
 	}
 	checkDB(t, s)
@@ -914,4 +856,21 @@ func TestConcurrentWriters(t *testing.T) {
 		t.Fatalf("name index has %d entries, records have %d names", indexed, len(names))
 	}
 	checkDB(t, s)
+}
+
+// snapshotsOf lists every snapshot of volumeID, as the host's
+// ListSnapshots with a source filter does.
+func snapshotsOf(s *Store, volumeID string) ([]Snapshot, error) {
+	snaps, _, err := s.ListSnapshots(SnapshotFilter{SourceVolumeID: volumeID}, "", 0)
+	return snaps, err
+}
+
+// putPublish records p and waits until it is durable, as NodePublishVolume
+// does before it answers.
+func putPublish(s *Store, p Publish) error {
+	wait, err := s.PutPublishAsync(p)
+	if err != nil {
+		return err
+	}
+	return wait()
 }

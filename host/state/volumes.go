@@ -2,8 +2,6 @@ package state
 
 import (
 	"fmt"
-
-	"github.com/wasmcsi/wasmcsi/abi"
 )
 
 const volumeNameField = 2
@@ -69,47 +67,6 @@ func putVolume(tx *txn, v *Volume, val []byte) error {
 		return err
 	}
 	return vols.Put(id, val)
-}
-
-// UpdateVolume changes the stored volume id in one transaction: it reads the
-// record, calls fn on it and stores the result, returning what was stored.
-// If fn returns an error nothing is written and that error is returned. fn
-// may be called more than once and must depend only on its argument. It may
-// change anything except the ID.
-func (s *Store) UpdateVolume(id string, fn func(v *Volume) error) (Volume, error) {
-	var out Volume
-	err := s.write(func(tx *txn) error {
-		old := tx.Bucket(bucketVolumes).Get([]byte(id))
-		if old == nil {
-			return refuse(ErrNotFound)
-		}
-		v, err := decodeVolume(old)
-		if err != nil {
-			return corrupt("volume", id, err)
-		}
-		if err := fn(&v); err != nil {
-			return refuse(err)
-		}
-		if v.ID != id {
-			return refuse(abi.Errorf(abi.InvalidArgument, "update may not change the volume ID"))
-		}
-		if err := checkVolume(&v); err != nil {
-			return refuse(err)
-		}
-		val, err := encodeVolume(&v)
-		if err != nil {
-			return refuse(invalid(err))
-		}
-		if err := putVolume(tx, &v, val); err != nil {
-			return err
-		}
-		out = v
-		return nil
-	})
-	if err != nil {
-		return Volume{}, fmt.Errorf("update volume %s: %w", id, err)
-	}
-	return out, nil
 }
 
 // GetVolume returns the volume with the given ID, or ErrNotFound.
