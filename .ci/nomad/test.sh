@@ -497,11 +497,13 @@ s_plugin_restart() {
 	"$nomad" job stop -detach "$plugin" >/dev/null
 	plugin_gone() { [ -z "$(daemon_pid)" ]; }
 	waitfor 60 "the plugin to stop" plugin_gone
-	"$nomad" job stop -purge -detach "p-$1" >/dev/null
-	waitfor 120 "p-$1 to stop" is_done "p-$1" || true
+	# Not purged yet: its allocation must stay visible until it stopped.
+	"$nomad" job stop -detach "p-$1" >/dev/null
+	waitfor 120 "p-$1 to stop" is_done "p-$1"
 	start_plugin
 	waitfor 180 "v-$1 released after the plugin came back" unclaimed "v-$1"
 	waitfor 60 "v-$1 unmounted" not_mounted_vol "v-$1"
+	"$nomad" job stop -purge -detach "p-$1" >/dev/null
 	# The volume is usable again.
 	out=$(batch "pr-$1" "v-$1" 'cat /data/hello')
 	[ "$out" = after ]
