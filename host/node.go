@@ -23,20 +23,8 @@ import (
 // repeated call, a daemon restart or a reboot finds what to re-create
 // instead of failing or mounting twice.
 //
-// A new stage or publication record is written before the mount it
-// describes and synced while the host mounts; the call answers once both
-// are done, and a failed mount takes the record out again. A crash between
-// the two leaves a record without its mount, which is what a repeated call
-// or a restart already re-creates.
-//
-// The deletions of stage and publication records are not waited for: they
-// reach the disk with the log's next sync, moments later. NodeUnstage
-// first marks the stage record as being unstaged and answers only once
-// that mark is durable (synced while the stage is taken down), so a record
-// whose deletion a crash lost comes back marked, and start-up drops it
-// instead of taking it for a stage a reboot took away (reconcile.go). A
-// lost publication deletion brings back a record whose target is not
-// mounted, which start-up and NodeUnstage drop.
+// When stage and publication records are written, synced and deleted, and
+// why NodeUnstage marks its record first: host/RATIONALE.md, "Records".
 
 // nodeBackend resolves the backend of a node request; a volume ID that is
 // not ours, or whose backend is not loaded, is NOT_FOUND on this node.
@@ -305,7 +293,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if err := durable(); err != nil {
 		return nil, fmt.Errorf("mark stage of %s: %w", id, err)
 	}
-	if err := s.store.DeleteStageSoon(id); err != nil && !errors.Is(err, state.ErrNotFound) {
+	if err := s.store.DeleteStageAsync(id); err != nil && !errors.Is(err, state.ErrNotFound) {
 		return nil, fmt.Errorf("delete stage record %s: %w", id, err)
 	}
 	return &csi.NodeUnstageVolumeResponse{}, nil
@@ -355,7 +343,7 @@ func (s *Server) livePublications(ctx context.Context, rec *state.Stage) ([]stat
 		if p.Block && p.ReadOnly {
 			forgotten = &p
 		}
-		if err := s.store.DeletePublishSoon(id, p.TargetPath); err != nil && !errors.Is(err, state.ErrNotFound) {
+		if err := s.store.DeletePublishAsync(id, p.TargetPath); err != nil && !errors.Is(err, state.ErrNotFound) {
 			return nil, err
 		}
 	}
@@ -574,7 +562,7 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 			return nil, serr
 		}
 	}
-	if err := s.store.DeletePublishSoon(id, target); err != nil && !errors.Is(err, state.ErrNotFound) {
+	if err := s.store.DeletePublishAsync(id, target); err != nil && !errors.Is(err, state.ErrNotFound) {
 		return nil, fmt.Errorf("delete publication record %s at %s: %w", id, target, err)
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil

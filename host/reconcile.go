@@ -19,8 +19,8 @@ import (
 
 // Start-up reconciliation. After a daemon restart the records and the
 // kernel agree, but for records whose deletion a crash lost: a stage
-// record marked as being unstaged (NodeUnstageVolume marks it durably
-// before it answers) whose mount and device are gone describes an unstage
+// record marked as being unstaged (host/RATIONALE.md, "Records", says
+// why) whose mount and device are gone describes an unstage
 // the CO saw succeed, and a publication record whose target is not mounted
 // describes nothing; both are dropped, whatever clean says, and reported
 // once. After a reboot every mount and loop device is gone and the

@@ -100,9 +100,7 @@ type Stage struct {
 	// afresh, so the recorded number alone may name another file's device.
 	DeviceFile string
 	// Unstaging is set, durably, before NodeUnstageVolume takes the stage
-	// down: a record so marked whose stage is gone describes an unstage,
-	// not a stage a reboot took away, even when the record's deletion was
-	// lost in a crash.
+	// down (host/RATIONALE.md, "Records", says why).
 	Unstaging bool
 	// LostReported is set once start-up has reported that the stage is
 	// gone and waits for the CO's next NodeStage, so that it is reported
