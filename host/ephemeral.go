@@ -330,6 +330,8 @@ func (s *Server) teardownEphemeral(ctx context.Context, rec *state.Ephemeral) er
 		return err
 	} else if err := s.node.unmount(ctx, rec.StagingPath); err != nil {
 		return err
+	} else if err := s.unstageUnrecorded(ctx, b, rec.VolumeID, rec.Context); err != nil {
+		return err
 	}
 	_, local, _ := splitID(rec.VolumeID)
 	mreq := abi.DeleteVolumeRequest{Volume: abi.VolumeRef{LocalID: local, Context: rec.Context, CapacityBytes: rec.CapacityBytes}}

@@ -675,3 +675,27 @@ func TestLoopfileUnstageRefusedWhilePublished(t *testing.T) {
 		})
 	}
 }
+
+// TestLoopfileUnstageReleasesUnrecordedDevice: a daemon killed during
+// NodeStage after the backend attached the volume's file, before the stage
+// record was written, leaves a loop device that no record names. When the
+// CO then gives up the stage (kubelet does when the pod goes away while
+// the stage is uncertain) and calls NodeUnstage, the device goes too, and
+// the volume can be deleted. The loop device is attached here as that
+// NodeStage left it.
+func TestLoopfileUnstageReleasesUnrecordedDevice(t *testing.T) {
+	d := loopfileDaemon(t)
+	ctx := callCtx(t)
+	v := newLoopVolume(t, d, "unrecorded", false)
+	if _, err := loop.Attach(ctx, v.file, loop.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	v.want(t, 1, false, nil)
+	if err := v.unstage(ctx, d); err != nil {
+		t.Fatalf("NodeUnstage of a volume with no stage record: %v", err)
+	}
+	v.want(t, 0, false, nil)
+	if _, err := d.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.vol.GetVolumeId()}); err != nil {
+		t.Fatalf("DeleteVolume after NodeUnstage: %v", err)
+	}
+}

@@ -257,13 +257,25 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	defer unlock()
 	rec, err := s.store.GetStage(id)
 	if errors.Is(err, state.ErrNotFound) || (err == nil && rec.StagingPath != staging) {
+		var b *backend
 		if errors.Is(err, state.ErrNotFound) {
-			if _, err := s.nodeBackend(id); err != nil {
+			if b, err = s.nodeBackend(id); err != nil {
 				return nil, err // no record, and no backend of ours owns the ID
 			}
 		}
 		if err := s.node.unmount(ctx, staging); err != nil {
 			return nil, err
+		}
+		if b != nil {
+			// The volume's context is known where this daemon is its
+			// controller too.
+			var volCtx map[string]string
+			if v, err := s.store.GetVolume(id); err == nil {
+				volCtx = v.Context
+			}
+			if err := s.unstageUnrecorded(ctx, b, id, volCtx); err != nil {
+				return nil, err
+			}
 		}
 		return &csi.NodeUnstageVolumeResponse{}, nil
 	} else if err != nil {
@@ -314,6 +326,25 @@ func (s *Server) unstage(ctx context.Context, rec *state.Stage) error {
 	}
 	mreq := abi.NodeUnstageRequest{Volume: nodeVolumeRef(rec.VolumeID, rec.VolumeContext), Device: rec.Device, Directory: rec.Directory, StageContext: rec.Context}
 	return b.call(ctx, abi.OpNodeUnstage, &mreq, &abi.Empty{})
+}
+
+// unstageUnrecorded lets the backend release what a NodeStage cut off by a
+// crash may have set up (a loop device, a session) before the stage record
+// was written: no stage was acknowledged, and node_unstage succeeds where
+// there is nothing to release. A backend that cannot tell the volume's
+// storage from its ID and volCtx (INVALID_ARGUMENT, NOT_FOUND) has
+// nothing it could release.
+func (s *Server) unstageUnrecorded(ctx context.Context, b *backend, id string, volCtx map[string]string) error {
+	if !b.has(abi.OpNodeUnstage) {
+		return nil
+	}
+	mreq := abi.NodeUnstageRequest{Volume: nodeVolumeRef(id, volCtx)}
+	err := b.call(ctx, abi.OpNodeUnstage, &mreq, &abi.Empty{})
+	if c := abi.CodeOf(err); c == abi.InvalidArgument || c == abi.NotFound {
+		s.log.Info("node_unstage of a volume with no stage record", "volume", id, "err", err)
+		return nil
+	}
+	return err
 }
 
 // livePublications returns the recorded publications of a staged volume
