@@ -426,6 +426,7 @@ func (w *workload) checkSnapshot(s *snapshot) {
 // calls, in start-up reports, in the kernel, in the pools, in the records.
 func (w *workload) final() {
 	w.an.round++
+	w.an.what = "final checks and cleanup, no kill"
 	w.t.Logf("final checks after round %d", w.an.round-1)
 	w.verify(nil)
 	for _, v := range w.m.live(nil) {
@@ -537,7 +538,7 @@ func (w *workload) cleanupVolume(v *volume) {
 		err := s.call(ctx)
 		cancel()
 		if err != nil {
-			if s.what != "DeleteVolume" || !w.refusedByStaleRecord(&op{kind: "delete", vol: v}, err) {
+			if s.what != "DeleteVolume" || !w.deleteRefused(&op{kind: "delete", vol: v}, err) {
 				w.an.add(cleanupFailed, "", "%s %s: %v", s.what, v, err)
 			}
 			return

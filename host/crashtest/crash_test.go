@@ -121,8 +121,10 @@ func (w *workload) round() bool {
 	w.stats.phase["workload"] += time.Since(t0)
 	switch n := w.rng.IntN(20); {
 	case n < 2:
+		w.an.what = "killed during start-up"
 		return w.killDuringStart()
 	case n < 3:
+		w.an.what = "killed between calls"
 		return w.killBetweenCalls()
 	}
 	victims := w.victims()
@@ -138,6 +140,7 @@ func (w *workload) round() bool {
 	}
 	sleepPrecisely(w.est.delay(w.rng, victims[w.rng.IntN(len(victims))].label()))
 	w.kill()
+	w.an.what = "killed while these ran: " + opList(victims)
 	w.stats.inCalls++
 	var cut []*op
 	for i, o := range victims {
@@ -173,7 +176,15 @@ func (w *workload) round() bool {
 		return false
 	}
 	t0 = time.Now()
+	w.an.what += "; cut off:"
 	for _, o := range cut {
+		if undo := w.abandon(o); undo != nil {
+			w.an.what += fmt.Sprintf(" %v, undone by %s instead of retried;", o, undo.kind)
+			w.stats.abandoned++
+			w.run(undo)
+			continue
+		}
+		w.an.what += fmt.Sprintf(" %v, retried;", o)
 		w.retry(o)
 	}
 	w.stats.phase["retry"] += time.Since(t0)
@@ -264,7 +275,7 @@ func (w *workload) restart(victims []*op) bool {
 	t0 := time.Now()
 	defer func() { w.stats.phase["restart"] += time.Since(t0) }()
 	if err := w.d.Start(); err != nil {
-		w.an.add(noStart, "", "after the kill during %v: %v", victims, err)
+		w.an.add(noStart, "", "after the kill during %s: %v", opList(victims), err)
 		return false
 	}
 	w.startupFindings(victims)
@@ -278,7 +289,7 @@ func (w *workload) run(o *op) bool {
 	begin := time.Now()
 	err := o.call(ctx, w.d)
 	if err != nil {
-		if !w.refusedByStaleRecord(o, err) {
+		if !w.deleteRefused(o, err) {
 			w.an.add(callFailed, "", "%v: %v", o, err)
 		}
 		w.markBroken(o, fmt.Sprintf("%s failed: %v", o.kind, err))
@@ -344,7 +355,7 @@ func (w *workload) retry(o *op) {
 			continue
 		}
 		w.stats.retryCodes[c.String()]++
-		if !w.refusedByStaleRecord(o, err) {
+		if !w.deleteRefused(o, err) {
 			w.an.add(retryFailed, "", "%v, cut off by the kill, retried: %v", o, err)
 		}
 		w.markBroken(o, fmt.Sprintf("retry of %s failed: %v", o.kind, err))
@@ -352,14 +363,32 @@ func (w *workload) retry(o *op) {
 	}
 }
 
-// refusedByStaleRecord counts a DeleteVolume refused with
-// FAILED_PRECONDITION for a volume the CO has neither staged nor
-// published: the daemon holds a node record the CO does not know of.
-func (w *workload) refusedByStaleRecord(o *op, err error) bool {
+// abandon returns, for one cut-off NodeStage or NodePublish in four, the
+// call that undoes it, which the CO makes instead of the retry: kubelet
+// takes down a mount whose state a failure left uncertain when the pod
+// goes away meanwhile.
+func (w *workload) abandon(o *op) *op {
+	if w.rng.IntN(4) != 0 {
+		return nil
+	}
+	switch o.kind {
+	case "stage":
+		return w.unstageOp(o.vol)
+	case "publish":
+		return w.unpublishOp(o.vol)
+	}
+	return nil
+}
+
+// deleteRefused counts a DeleteVolume refused with FAILED_PRECONDITION
+// for a volume the CO has neither staged nor published: the daemon or its
+// backend holds on to something (a node record, a loop device) the CO
+// knows nothing of, and the volume cannot be deleted.
+func (w *workload) deleteRefused(o *op, err error) bool {
 	if o.kind != "delete" || status.Code(err) != codes.FailedPrecondition || o.vol.staged || o.vol.published {
 		return false
 	}
-	w.an.add(staleNode, fmt.Sprintf("%s/%d", o.vol.name, o.vol.unstages),
+	w.an.add(refusedDelete, fmt.Sprintf("%s/%d", o.vol.name, o.vol.unstages),
 		"DeleteVolume of %s, which is neither staged nor published (%d NodeUnstage acknowledged), is refused: %v", o.vol, o.vol.unstages, err)
 	return true
 }

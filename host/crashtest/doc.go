@@ -5,7 +5,9 @@
 // SIGKILL at random points (mostly while calls are in flight, also between
 // calls and during start-up; with its child processes, or alone as the
 // OOM killer would), restarts it, retries the calls that were cut off the
-// way a CO does, and checks what a user of the volumes would notice:
+// way a CO does (or undoes a cut-off NodeStage or NodePublish, as kubelet
+// does when the pod goes away meanwhile), and checks what a user of the
+// volumes would notice:
 // acknowledged volumes and snapshots listed and usable, their data intact,
 // snapshots' data in their restores, and, after everything is deleted
 // through CSI, no mount, loop device, pool file or record left behind.

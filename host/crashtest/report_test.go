@@ -30,12 +30,13 @@ const (
 	staleNode      = "stale node record"
 	noStart        = "daemon does not start"
 	cleanupFailed  = "cleanup failed"
+	refusedDelete  = "delete refused"
 )
 
 var classes = []string{
 	lostVolume, lostSnapshot, dataLost, restoreMissing, partialCopy, retryFailed, callFailed,
 	unusable, snapUnusable, capacityLost, missingMount, leakedMount, leakedLoop, leakedFile,
-	staleRecord, staleNode, noStart, cleanupFailed,
+	staleRecord, staleNode, refusedDelete, noStart, cleanupFailed,
 }
 
 type anomaly struct {
@@ -52,6 +53,9 @@ type anomalies struct {
 	round   int
 	list    []anomaly
 	counted map[string]bool
+	// what says what the round's kill hit, logged before its first anomaly.
+	what       string
+	whatLogged int
 }
 
 func (a *anomalies) add(class, key, format string, args ...any) {
@@ -60,6 +64,10 @@ func (a *anomalies) add(class, key, format string, args ...any) {
 			return
 		}
 		a.counted[class+"\x00"+key] = true
+	}
+	if a.what != "" && a.whatLogged != a.round {
+		a.whatLogged = a.round
+		a.t.Logf("round %d: %s", a.round, a.what)
 	}
 	an := anomaly{class: class, round: a.round, detail: fmt.Sprintf(format, args...)}
 	a.list = append(a.list, an)
@@ -87,7 +95,7 @@ type runStats struct {
 	dataChecks, restoreChecks           int
 	inCalls, startupKills, betweenKills int // kills: while calls ran, between calls, during start-up
 	aloneKills                          int // kills that left the daemon's child processes running
-	retries, retriesOK                  int
+	retries, retriesOK, abandoned       int
 	retryCodes                          map[string]int
 	kills                               map[string]*killStats
 	findings                            map[string]int
@@ -113,7 +121,7 @@ func (w *workload) report(elapsed time.Duration) string {
 	for _, c := range slices.Sorted(maps.Keys(w.stats.retryCodes)) {
 		codes += fmt.Sprintf(" %s×%d", c, w.stats.retryCodes[c])
 	}
-	fmt.Fprintf(&b, "  retried calls: %d, answered OK: %d%s\n", w.stats.retries, w.stats.retriesOK, codes)
+	fmt.Fprintf(&b, "  retried calls: %d, answered OK: %d%s; abandoned (undone instead): %d\n", w.stats.retries, w.stats.retriesOK, codes, w.stats.abandoned)
 	if len(w.stats.findings) > 0 {
 		var fs []string
 		for _, k := range slices.Sorted(maps.Keys(w.stats.findings)) {

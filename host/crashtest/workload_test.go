@@ -97,7 +97,21 @@ type snapshot struct {
 	broken   string
 }
 
-func (s *snapshot) String() string { return fmt.Sprintf("%s (of %s, %s)", s.name, s.source.name, s.id) }
+func (s *snapshot) String() string {
+	if s.id == "" {
+		return fmt.Sprintf("%s (of %s)", s.name, s.source.name)
+	}
+	return fmt.Sprintf("%s (of %s, %s)", s.name, s.source.name, s.id)
+}
+
+// opList names ops for the log.
+func opList(ops []*op) string {
+	var names []string
+	for _, o := range ops {
+		names = append(names, o.String())
+	}
+	return strings.Join(names, "; ")
+}
 
 // model is what the CO knows.
 type model struct {
