@@ -301,3 +301,77 @@ func TestNodeInfoOversizedContextLeftOut(t *testing.T) {
 		t.Errorf("localdir's topology is missing: %v", info.GetAccessibleTopology())
 	}
 }
+
+// TestEphemeralIDTakenRefused: an inline volume whose create_volume answers
+// the ID of a volume recorded for another name is refused like such a
+// CreateVolume, with INTERNAL naming both, and the host never deletes
+// through that ID: the undo of the failed publish would have deleted the
+// recorded volume.
+func TestEphemeralIDTakenRefused(t *testing.T) {
+	d, n := startLiar(t)
+	ctrl := d.controller()
+	vol, err := ctrl.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Name: "ephemeral-x+a", VolumeCapabilities: rwCaps()})
+	if err != nil || vol.GetVolume().GetVolumeId() != "liar:ephemeral-x" {
+		t.Fatalf("CreateVolume ephemeral-x+a: %v, %v", vol, err)
+	}
+	target := filepath.Join(t.TempDir(), "target")
+	for range 2 { // a retry meets the same lie and the same answer
+		_, err = d.node().NodePublishVolume(callCtx(t), ephemeralRequest("x+b", target, "", nil))
+		wantCode(t, err, codes.Internal, `backend "liar"`, `"liar:ephemeral-x"`, `"ephemeral-x+b"`, `"ephemeral-x+a"`, "nothing was recorded or deleted")
+	}
+	if dels := n.take(); len(dels) != 0 {
+		t.Fatalf("the host asked the module to delete %v after refusing its answer", dels)
+	}
+	got, err := ctrl.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
+	if err != nil || len(got.GetEntries()) != 1 || got.GetEntries()[0].GetVolume().GetVolumeId() != "liar:ephemeral-x" {
+		t.Errorf("volumes after the refused inline volume: %v, %v", got, err)
+	}
+}
+
+// TestModuleOversizedAnswersRefused: a volume_context, publish_context or
+// snapshot context over CSI's 4 KiB and a topology CSI does not allow are
+// refused with INTERNAL naming the backend and the field, and nothing of
+// the answer is recorded; NodeGetInfo leaves such a topology out.
+func TestModuleOversizedAnswersRefused(t *testing.T) {
+	d := startDaemon(t, daemonOptions{backend: "bloat", wasm: filepath.Join("testdata", "bloat.wasm")})
+	ctrl := d.controller()
+	create := func(name string) error {
+		_, err := ctrl.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Name: name, VolumeCapabilities: rwCaps()})
+		return err
+	}
+	wantCode(t, create("big"), codes.Internal, `backend "bloat"`, "volume_context", "4101 bytes")
+	wantCode(t, create("topo"), codes.Internal, `backend "bloat"`, "accessible_topology", `"-bad-"`)
+	if err := create("ok"); err != nil {
+		t.Fatal(err)
+	}
+	vols, err := ctrl.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
+	if err != nil || len(vols.GetEntries()) != 1 || vols.GetEntries()[0].GetVolume().GetVolumeId() != "bloat:ok" {
+		t.Fatalf("volumes after the refused creates: %v, %v", vols, err)
+	}
+
+	_, err = ctrl.CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "s", SourceVolumeId: "bloat:ok"})
+	wantCode(t, err, codes.Internal, `backend "bloat"`, "snapshot context")
+	if snaps, err := ctrl.ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{}); err != nil || len(snaps.GetEntries()) != 0 {
+		t.Errorf("snapshots after the refused create: %v, %v", snaps, err)
+	}
+
+	info, err := d.node().NodeGetInfo(callCtx(t), &csi.NodeGetInfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.GetAccessibleTopology() != nil {
+		t.Errorf("NodeGetInfo topology %v: want the module's invalid one left out", info.GetAccessibleTopology())
+	}
+	_, err = ctrl.ControllerPublishVolume(callCtx(t), &csi.ControllerPublishVolumeRequest{VolumeId: "bloat:ok", NodeId: info.GetNodeId(), VolumeCapability: rwCaps()[0]})
+	wantCode(t, err, codes.Internal, `backend "bloat"`, "publish_context")
+
+	_, err = ctrl.ControllerExpandVolume(callCtx(t), &csi.ControllerExpandVolumeRequest{VolumeId: "bloat:ok", CapacityRange: &csi.CapacityRange{RequiredBytes: 1 << 20}})
+	wantCode(t, err, codes.Internal, `backend "bloat"`, "volume_context")
+	vols, err = ctrl.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
+	if err != nil || len(vols.GetEntries()) != 1 {
+		t.Fatalf("ListVolumes: %v, %v", vols, err)
+	}
+	if v, st := vols.GetEntries()[0].GetVolume(), vols.GetEntries()[0].GetStatus(); v.GetCapacityBytes() != 0 || len(v.GetVolumeContext()) != 0 || len(st.GetPublishedNodeIds()) != 0 {
+		t.Errorf("volume after the refused publish and expansion: %v, %v", v, st)
+	}
+}

@@ -225,7 +225,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err := b.call(ctx, abi.OpCreateVolume, &mreq, &resp); err != nil {
 		return nil, err
 	}
-	if err := checkLocalID(b.name, "volume", resp.LocalID); err != nil {
+	if err := checkCreatedVolume(b.name, &resp); err != nil {
 		return nil, err
 	}
 	if resp.CapacityBytes < size || (limit > 0 && resp.CapacityBytes > limit) {
@@ -240,6 +240,9 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	for _, t := range resp.Topology {
 		v.Topology = append(v.Topology, t.Segments)
 	}
+	if err := s.checkVolumeIDFree(b.name, v.ID, name, false); err != nil {
+		return nil, err
+	}
 	if err := s.store.InsertVolume(v); errors.Is(err, state.ErrIDTaken) {
 		return nil, s.idTaken(b.name, "volume", v.ID, name, func() (string, error) {
 			old, err := s.store.GetVolume(v.ID)
@@ -249,6 +252,55 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		return nil, fmt.Errorf("record volume %s: %w", v.ID, err)
 	}
 	return &csi.CreateVolumeResponse{Volume: csiVolume(&v)}, nil
+}
+
+// checkCreatedVolume checks a create_volume answer before anything of it
+// is recorded: its local ID, its volume_context and its topology.
+func checkCreatedVolume(backend string, resp *abi.CreateVolumeResponse) error {
+	if err := checkLocalID(backend, "volume", resp.LocalID); err != nil {
+		return err
+	}
+	if err := checkContext(backend, "volume_context", resp.Context); err != nil {
+		return err
+	}
+	for _, t := range resp.Topology {
+		if err := checkTopology(backend, "accessible_topology", t.Segments); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkVolumeIDFree refuses (idTaken) a volume ID a module answered for
+// the create_volume name name when a record of another volume holds it: a
+// volume record, or an inline ephemeral volume's (inline says which kind
+// name is). A volume record's name and an inline volume's create_volume
+// name live in different namespaces, so a record of the other kind holds
+// the ID for another volume whatever its name. CreateVolume and the
+// ephemeral inline volumes both check here; InsertVolume checks volume
+// records again in its transaction.
+func (s *Server) checkVolumeIDFree(backend, id, name string, inline bool) error {
+	holder, holderInline := "", false
+	if v, err := s.store.GetVolume(id); err == nil {
+		holder = v.Name
+	} else if !errors.Is(err, state.ErrNotFound) {
+		return err
+	} else {
+		recs, err := s.store.ListEphemerals()
+		if err != nil {
+			return err
+		}
+		for _, e := range recs {
+			if e.VolumeID == id {
+				holder, holderInline = e.Name, true
+				break
+			}
+		}
+	}
+	if holder == "" || (holder == name && holderInline == inline) {
+		return nil
+	}
+	return s.idTaken(backend, "volume", id, name, func() (string, error) { return holder, nil })
 }
 
 // idTaken answers a create whose module returned, for a new name, an ID
@@ -452,6 +504,10 @@ func (s *Server) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	if b.has(abi.OpControllerPublish) {
 		mreq := abi.ControllerPublishRequest{Volume: volumeRef(&v), NodeID: nodeID, ReadOnly: req.GetReadonly(), Capability: c, NodeContext: nodeCtx}
 		if err := b.call(ctx, abi.OpControllerPublish, &mreq, &resp); err != nil {
+			return nil, err
+		}
+		// The CO gets the context with the host's key added.
+		if err := checkContext(b.name, "publish_context", withPublishedNode(resp.PublishContext, nodeName)); err != nil {
 			return nil, err
 		}
 	}
@@ -778,6 +834,9 @@ func (s *Server) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 	if resp.CapacityBytes < size {
 		return nil, errf(codes.Internal, "backend %q grew volume %q to %d bytes, below the %d asked", b.name, id, resp.CapacityBytes, size)
 	}
+	if err := checkContext(b.name, "volume_context", resp.Context); err != nil {
+		return nil, err
+	}
 	v.CapacityBytes = resp.CapacityBytes
 	if len(resp.Context) > 0 {
 		v.Context = resp.Context
@@ -821,6 +880,9 @@ func (s *Server) ControllerModifyVolume(ctx context.Context, req *csi.Controller
 	var resp abi.ModifyVolumeResponse
 	mreq := abi.ModifyVolumeRequest{Volume: volumeRef(&v), MutableParameters: params, Secrets: req.GetSecrets()}
 	if err := b.call(ctx, abi.OpModifyVolume, &mreq, &resp); err != nil {
+		return nil, err
+	}
+	if err := checkContext(b.name, "volume_context", resp.Context); err != nil {
 		return nil, err
 	}
 	if v.MutableParameters == nil {

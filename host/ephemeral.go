@@ -234,11 +234,16 @@ func (s *Server) createEphemeral(ctx context.Context, b *backend, rec *state.Eph
 	if err := b.call(ctx, abi.OpCreateVolume, &mreq, &resp); err != nil {
 		return err
 	}
-	if err := checkLocalID(b.name, "volume", resp.LocalID); err != nil {
+	if err := checkCreatedVolume(b.name, &resp); err != nil {
 		return err
 	}
 	if resp.CapacityBytes < rec.RequiredBytes {
 		return errf(codes.Internal, "backend %q provisioned %d bytes for a request of %d", b.name, resp.CapacityBytes, rec.RequiredBytes)
+	}
+	// Deleting through an ID another record holds, as the undo of a failed
+	// publish or the teardown would, destroys that volume.
+	if err := s.checkVolumeIDFree(b.name, makeID(b.name, resp.LocalID), rec.Name, true); err != nil {
+		return err
 	}
 	rec.VolumeID, rec.CapacityBytes, rec.Context = makeID(b.name, resp.LocalID), resp.CapacityBytes, resp.Context
 	return nil

@@ -5,6 +5,7 @@ package host_test
 //go:generate wat2wasm testdata/escape.wat -o testdata/escape.wasm
 //go:generate wat2wasm testdata/fault.wat -o testdata/fault.wasm
 //go:generate wat2wasm testdata/liar.wat -o testdata/liar.wasm
+//go:generate wat2wasm testdata/bloat.wat -o testdata/bloat.wasm
 //go:generate wat2wasm testdata/badnode.wat -o testdata/badnode.wasm
 //go:generate wat2wasm testdata/slow.wat -o testdata/slow.wasm
 
@@ -26,7 +27,8 @@ import (
 var fixtureInfo = map[string]abi.BackendInfo{
 	"fault":   {Name: "fault", Version: "1.0.0", Description: "misbehaves on demand", Mount: true},
 	"escape":  {Name: "escape", Version: "1.0.0", Description: "stages outside its roots", Mount: true},
-	"liar":    {Name: "liar", Version: "1.0.0", Description: "answers IDs it should not", Mount: true},
+	"liar":    {Name: "liar", Version: "1.0.0", Description: "answers IDs it should not", Mount: true, Ephemeral: true},
+	"bloat":   {Name: "bloat", Version: "1.0.0", Description: "oversized answers", Mount: true},
 	"badnode": {Name: "badnode", Version: "1.0.0", Description: "node_info fails", Mount: true},
 	"slow":    {Name: "slow", Version: "1.0.0", Description: "hangs on demand", Mount: true},
 }

@@ -782,6 +782,12 @@ func (s *Server) NodeGetInfo(ctx context.Context, _ *csi.NodeGetInfoRequest) (*c
 			s.log.Error("node_info failed: NodeGetInfo leaves the backend's node context and topology out", "backend", b.name, "err", err)
 			continue
 		}
+		if resp.Topology != nil {
+			if err := checkTopology(b.name, "node_info topology", resp.Topology.Segments); err != nil {
+				s.log.Error("node_info answered a topology CSI does not allow: NodeGetInfo leaves the backend's node context and topology out", "backend", b.name, "err", err)
+				continue
+			}
+		}
 		answers = append(answers, answer{b: b, resp: resp, size: len(makeNodeID("", resp.Context))})
 	}
 	bySize := slices.Clone(answers)

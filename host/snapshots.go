@@ -85,6 +85,14 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 	if err := checkLocalID(b.name, "snapshot", resp.LocalID); err != nil {
 		return nil, err
 	}
+	if err := checkContext(b.name, "snapshot context", resp.Context); err != nil {
+		return nil, err
+	}
+	for _, t := range resp.Topology {
+		if err := checkTopology(b.name, "snapshot topology", t.Segments); err != nil {
+			return nil, err
+		}
+	}
 	if at.IsZero() {
 		at = time.Now().UTC()
 	}

@@ -2,7 +2,9 @@
 ;; tests of what the host checks in a module's answers.
 ;;   create_volume, create_snapshot  answer, as the local ID, the request's
 ;;       name up to its first "+" (all of it without one): "shared+a" and
-;;       "shared+b" both get "shared", ".." gets "..", a long name a long ID
+;;       "shared+b" both get "shared", ".." gets "..", a long name a long ID;
+;;       an inline volume "x+b" (create_volume name "ephemeral-x+b") gets
+;;       "ephemeral-x", the ID of the volume named "ephemeral-x+a"
 ;;   delete_volume, delete_snapshot  pass their request to the test_note host
 ;;       call, so a test sees every delete the host asks for, and succeed
 ;;   node_info  answers a context {"k": 300 times "a"}, too long for a node ID
@@ -19,8 +21,8 @@
 
   ;; [0, 1024) constants, [1024, 5120) request
   (memory (export "memory") 1)
-  ;; BackendInfo{Name: "liar", Version: "1.0.0", Description: "answers IDs it should not", Mount: true}
-  (data (i32.const 0) "\0a\04liar\12\051.0.0\1a\19answers IDs it should not0\01")
+  ;; BackendInfo{Name: "liar", Version: "1.0.0", Description: "answers IDs it should not", Mount: true, Ephemeral: true}
+  (data (i32.const 0) "\0a\04liar\12\051.0.0\1a\19answers IDs it should not0\01\a8\01\01")
   ;; NodeInfoResponse{Context: {"k": ...}}: field 2, entry of 306 bytes, key
   ;; "k", value of 300 bytes (filled with "a" by node_info)
   (data (i32.const 64) "\12\b2\02\0a\01k\12\ac\02")
@@ -29,7 +31,7 @@
   (func (export "wasmcsi_abi_version") (result i32) (i32.const 1))
 
   (func (export "backend_info") (result i32)
-    (call $response_write (i32.const 0) (i32.const 42))
+    (call $response_write (i32.const 0) (i32.const 45))
     (i32.const 0))
 
   (func (export "create_volume") (result i32) (call $prefix))
