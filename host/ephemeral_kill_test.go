@@ -120,10 +120,20 @@ func TestEphemeralKill9(t *testing.T) {
 				t.Log("the publish answered before the kill landed")
 			}
 
-			// The CO retries the publish: a working volume.
+			// The CO retries the publish until it succeeds: a working
+			// volume. A program the dead daemon started (mkfs) may still
+			// hold the volume's loop device for a moment, and the host
+			// answers FAILED_PRECONDITION until it lets go.
 			ctx := callCtx(t)
-			if _, err := p.node().NodePublishVolume(ctx, req); err != nil {
-				t.Fatalf("retried NodePublish: %v", err)
+			for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+				_, err := p.node().NodePublishVolume(ctx, req)
+				if err == nil {
+					break
+				}
+				if time.Since(start) > 20*time.Second {
+					t.Fatalf("retried NodePublish for 20 s: %v", err)
+				}
+				t.Logf("retried NodePublish: %v", err)
 			}
 			if n := mountsAt(t, target); n != 1 {
 				t.Fatalf("%d mounts at the target after the retry", n)
