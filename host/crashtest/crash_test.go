@@ -204,7 +204,7 @@ func (w *workload) victims() []*op {
 	}
 	var out []*op
 	busy := map[any]bool{}
-	for tries := 0; len(out) < want && tries < 20; tries++ {
+	for tries := 0; len(out) < want && (tries < 20 || len(out) == 0); tries++ {
 		o := w.pick(true)
 		if slices.ContainsFunc(o.touches(), func(x any) bool { return busy[x] }) {
 			continue
