@@ -784,19 +784,11 @@ func (s *Server) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 		}
 		capability = &c
 	}
-	unlock, err := s.lock(volKey(id))
+	v, b, unlock, err := s.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	v, err := s.store.GetVolume(id)
-	if err != nil {
-		return nil, notFoundOr(err, "volume %q", id)
-	}
-	b, ok := s.backends.Load().get(v.Backend)
-	if !ok {
-		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", v.Backend, id)
-	}
 	if c := capability; c != nil {
 		// "Exceeds capabilities" is INVALID_ARGUMENT on the expand RPCs.
 		if err := b.supportsCapability(*c); err != nil {
@@ -857,19 +849,11 @@ func (s *Server) ControllerModifyVolume(ctx context.Context, req *csi.Controller
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
-	unlock, err := s.lock(volKey(id))
+	v, b, unlock, err := s.lockVolume(id)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	v, err := s.store.GetVolume(id)
-	if err != nil {
-		return nil, notFoundOr(err, "volume %q", id)
-	}
-	b, ok := s.backends.Load().get(v.Backend)
-	if !ok {
-		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", v.Backend, id)
-	}
 	params := req.GetMutableParameters()
 	if err := b.checkMutable(params); err != nil {
 		return nil, err
@@ -896,4 +880,24 @@ func (s *Server) ControllerModifyVolume(ctx context.Context, req *csi.Controller
 		return nil, fmt.Errorf("record modification of %s: %w", id, err)
 	}
 	return &csi.ControllerModifyVolumeResponse{}, nil
+}
+
+// lockVolume takes the volume's lock and returns its record and its loaded
+// backend: the start of every controller call that changes one volume.
+func (s *Server) lockVolume(id string) (state.Volume, *backend, func(), error) {
+	unlock, err := s.lock(volKey(id))
+	if err != nil {
+		return state.Volume{}, nil, nil, err
+	}
+	v, err := s.store.GetVolume(id)
+	if err != nil {
+		unlock()
+		return state.Volume{}, nil, nil, notFoundOr(err, "volume %q", id)
+	}
+	b, ok := s.backends.Load().get(v.Backend)
+	if !ok {
+		unlock()
+		return state.Volume{}, nil, nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", v.Backend, id)
+	}
+	return v, b, unlock, nil
 }
