@@ -28,6 +28,12 @@ type Func struct {
 	// encoded response. An error that is an *abi.Error keeps its code; any
 	// other error reaches the module as abi.Internal.
 	Call func(ctx context.Context, env *Env, req []byte) ([]byte, error)
+	// Available, when set, reports whether this host can serve the call at
+	// all (the kernel feature it drives is present); nil means always. A
+	// module importing a call that is not available is refused at load
+	// before any of its code runs, so its configure sets nothing up (pool
+	// files, loop devices) for a feature the host lacks.
+	Available func() error
 }
 
 // Env is what a host call knows about its caller.

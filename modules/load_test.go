@@ -225,3 +225,46 @@ func TestLimitsFor(t *testing.T) {
 		}
 	}
 }
+
+// A module importing a host call the host cannot serve (device-mapper
+// calls on a kernel without it) is refused before any of its code runs:
+// OnLoad, where the host runs configure, never sees it. Calls it does not
+// import do not matter.
+func TestUnavailableHostCallRefusesModule(t *testing.T) {
+	missing := errors.New("no such kernel feature")
+	t.Run("imported", func(t *testing.T) {
+		asked, configured := 0, false
+		r, errs := startRuntime(t, map[string]string{"good": "good"}, nil, func(c *Config) {
+			f := c.HostCalls["test_echo"]
+			f.Available = func() error { asked++; return missing }
+			c.HostCalls["test_echo"] = f
+			c.OnLoad = func(context.Context, *Module) error { configured = true; return nil }
+		})
+		err := errs["good"]
+		if err == nil || !errors.Is(err, missing) || !strings.Contains(err.Error(), `host call family "test" is not available`) {
+			t.Fatalf("error %v, want the family's reason", err)
+		}
+		if configured {
+			t.Fatal("OnLoad (configure) ran for a module whose host calls are not available")
+		}
+		if asked != 1 {
+			t.Fatalf("Available asked %d times, want once", asked)
+		}
+		if _, ok := r.Module("good"); ok {
+			t.Fatal("module is loaded")
+		}
+	})
+	t.Run("not imported", func(t *testing.T) {
+		r, errs := startRuntime(t, map[string]string{"good": "good"}, nil, func(c *Config) {
+			c.HostCalls["other_call"] = hostcalls.Func{Name: "other_call", Family: "other", Available: func() error { return missing },
+				Call: func(context.Context, *hostcalls.Env, []byte) ([]byte, error) { return nil, nil }}
+			f := c.HostCalls["test_echo"]
+			f.Available = func() error { return nil }
+			c.HostCalls["test_echo"] = f
+		})
+		if len(errs) != 0 {
+			t.Fatal(errs)
+		}
+		mustModule(t, r, "good")
+	})
+}

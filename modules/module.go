@@ -209,6 +209,9 @@ func (r *Runtime) load(ctx context.Context, name string, data []byte, digest str
 	if len(c.problems) > 0 {
 		return fail(errors.New(strings.Join(c.problems, "; ")))
 	}
+	if err := available(c.hostCalls); err != nil {
+		return fail(err)
+	}
 	m.ops, m.hasInit = c.ops, c.hasInit
 	m.minPages = cm.ExportedMemories()[abi.ExportMemory].Min()
 	m.mem.limit = r.mem.limit / 2
@@ -249,6 +252,24 @@ func (r *Runtime) load(ctx context.Context, name string, data []byte, digest str
 	log.Info("module loaded", "digest", digest, "compile", compiled, "ready", time.Since(start),
 		"ops", ops, "pool", lim.PoolSize, "memory_pages", lim.MemoryPages, "call_timeout", lim.CallTimeout)
 	return m, nil
+}
+
+// available refuses a module that imports a host call this host cannot
+// serve, before any of the module's code runs: a configure that would set
+// up files or loop devices for a missing kernel feature and then fail
+// never starts. Each family is asked once.
+func available(calls []hostcalls.Func) error {
+	asked := map[string]bool{}
+	for _, f := range calls {
+		if f.Available == nil || asked[f.Family] {
+			continue
+		}
+		asked[f.Family] = true
+		if err := f.Available(); err != nil {
+			return fmt.Errorf("host call family %q is not available on this host: %w", f.Family, err)
+		}
+	}
+	return nil
 }
 
 // instantiateHost builds the module's "wasmcsi" host module: the core

@@ -19,7 +19,7 @@ const Family = "dm"
 // slash), which every pool name must start with, and absolute paths of the
 // block devices (or folders of them) a pool may be built on.
 func Bindings() []hostcalls.Func {
-	return []hostcalls.Func{
+	calls := []hostcalls.Func{
 		hostcalls.Typed(Family, abi.HostCallDmPoolOpen, poolOpen),
 		hostcalls.Typed(Family, abi.HostCallDmPoolStatus, poolStatus),
 		hostcalls.Typed(Family, abi.HostCallDmThinCreate, thinCall(func(ctx context.Context, p *Pool, id uint32, size uint64) (string, error) {
@@ -34,6 +34,10 @@ func Bindings() []hostcalls.Func {
 		hostcalls.Typed(Family, abi.HostCallDmThinSnapshot, thinSnapshot),
 		hostcalls.Typed(Family, abi.HostCallDmThinStatus, thinStatus),
 	}
+	for i := range calls {
+		calls[i].Available = Available
+	}
+	return calls
 }
 
 // grants splits env.Roots into a Mapper for the granted name prefixes and

@@ -388,6 +388,17 @@ func (m *Mapper) ioctl(ctx context.Context, r *request) (reply, error) {
 	return ioctl(fd, r)
 }
 
+// Available reports whether this host has device-mapper: it opens the
+// control node as every command does (creating it from sysfs when
+// missing). It is the dm host calls' hostcalls.Func.Available.
+func Available() error {
+	fd, err := openControl(Dir)
+	if err != nil {
+		return wrapErr("control", "", err)
+	}
+	return unix.Close(fd)
+}
+
 // errNoDM marks a kernel without device-mapper.
 var errNoDM = errors.New("device-mapper is not available (no /dev/mapper/control; is dm_mod loaded?)")
 
