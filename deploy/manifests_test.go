@@ -22,20 +22,28 @@ import (
 	"github.com/wasmcsi/wasmcsi/host/config"
 )
 
-// The layouts under test: the folder and the role each wasmcsi workload
-// in it serves.
-var layouts = []struct {
-	dir   string
-	roles map[string]string // workload name -> role
-}{
-	{"kubernetes", map[string]string{"wasmcsi": config.RoleAll}},
-	{"kubernetes-split", map[string]string{"wasmcsi-controller": config.RoleController, "wasmcsi-node": config.RoleNode}},
+// daemon is a wasmcsi workload of a layout: the role it serves and the key
+// of the layout's ConfigMap it reads.
+type daemon struct{ role, configKey string }
+
+// layout is a deployment folder: its namespace, the service account of its
+// sidecars, the host folder that holds its daemons' records, modules and
+// pools, its ConfigMap and its daemons by workload name.
+type layout struct {
+	dir, namespace, serviceAccount, base, configMap string
+	daemons                                         map[string]daemon
 }
 
-const (
-	namespace  = "wasmcsi"
-	testNodeID = "node-a"
-)
+// The layouts under test: the node-local backends under driver
+// wasmcsi.dev, and iscsi under its own driver in the split layout.
+var layouts = []layout{
+	{"kubernetes", "wasmcsi", "wasmcsi", "/var/lib/wasmcsi", "wasmcsi-config",
+		map[string]daemon{"wasmcsi": {config.RoleAll, "config.yaml"}}},
+	{"kubernetes-split", "wasmcsi-iscsi", "wasmcsi-iscsi", "/var/lib/wasmcsi-iscsi", "wasmcsi-iscsi-config",
+		map[string]daemon{"wasmcsi-iscsi-controller": {config.RoleController, "controller.yaml"}, "wasmcsi-iscsi-node": {config.RoleNode, "node.yaml"}}},
+}
+
+const testNodeID = "node-a"
 
 // object is one Kubernetes document; node keeps it for typed decoding.
 type object struct {
@@ -109,6 +117,7 @@ type volume struct {
 
 type podSpec struct {
 	ServiceAccountName string      `yaml:"serviceAccountName"`
+	HostNetwork        bool        `yaml:"hostNetwork"`
 	InitContainers     []container `yaml:"initContainers"`
 	Containers         []container `yaml:"containers"`
 	Volumes            []volume    `yaml:"volumes"`
@@ -294,16 +303,17 @@ func driverName(t *testing.T, objs []object) string {
 	return ""
 }
 
-// configMapYAML returns the daemon configuration the ConfigMap carries.
-func configMapYAML(t *testing.T, objs []object) string {
+// configMapYAML returns the daemon configuration under key in the
+// layout's ConfigMap.
+func configMapYAML(t *testing.T, l layout, objs []object, key string) string {
 	t.Helper()
 	var cm struct {
 		Data map[string]string `yaml:"data"`
 	}
-	mustFind(t, objs, "ConfigMap", "wasmcsi-config").decode(t, &cm)
-	s, ok := cm.Data["config.yaml"]
+	mustFind(t, objs, "ConfigMap", l.configMap).decode(t, &cm)
+	s, ok := cm.Data[key]
 	if !ok {
-		t.Fatal("ConfigMap wasmcsi-config has no config.yaml")
+		t.Fatalf("ConfigMap %s has no %s", l.configMap, key)
 	}
 	return s
 }
@@ -361,8 +371,8 @@ func TestManifestsAreWellFormed(t *testing.T) {
 					t.Errorf("%s: document without apiVersion, kind or name: %+v", o.file, o)
 				}
 				clusterScoped := slices.Contains([]string{"Namespace", "CSIDriver", "StorageClass", "VolumeSnapshotClass", "ClusterRole", "ClusterRoleBinding"}, o.Kind)
-				if !clusterScoped && o.Metadata.Namespace != namespace {
-					t.Errorf("%s: %s %s in namespace %q, want %q", o.file, o.Kind, o.Metadata.Name, o.Metadata.Namespace, namespace)
+				if !clusterScoped && o.Metadata.Namespace != l.namespace {
+					t.Errorf("%s: %s %s in namespace %q, want %q", o.file, o.Kind, o.Metadata.Name, o.Metadata.Namespace, l.namespace)
 				}
 				key := o.Kind + "/" + o.Metadata.Name
 				if prev, dup := seen[key]; dup {
@@ -448,26 +458,26 @@ func TestDaemonConfigMatchesPods(t *testing.T) {
 	for _, l := range layouts {
 		objs := readObjects(t, l.dir)
 		driver := driverName(t, objs)
-		cmText := configMapYAML(t, objs)
 		specs := workloads(t, objs)
-		for name, role := range l.roles {
+		for name, dm := range l.daemons {
+			role := dm.role
 			t.Run(l.dir+"/"+name, func(t *testing.T) {
 				spec, ok := specs[name]
 				if !ok {
 					t.Fatalf("no workload %s", name)
 				}
 				d := spec.container(t, "wasmcsi")
-				if want := []string{"serve", "--config", "/etc/wasmcsi/config.yaml"}; !slices.Equal(d.Args, want) {
+				if want := []string{"serve", "--config", "/etc/wasmcsi/" + dm.configKey}; !slices.Equal(d.Args, want) {
 					t.Errorf("wasmcsi args %q, want %q", d.Args, want)
 				}
 				checkMountedFrom(t, spec, d, "/etc/wasmcsi", func(v volume) bool {
-					return v.ConfigMap != nil && v.ConfigMap.Name == "wasmcsi-config"
+					return v.ConfigMap != nil && v.ConfigMap.Name == l.configMap
 				})
 				if d.SecurityContext == nil || !d.SecurityContext.Privileged {
 					t.Error("wasmcsi must run privileged")
 				}
 
-				cfg := loadConfig(t, cmText, podEnviron(t, d))
+				cfg := loadConfig(t, configMapYAML(t, l, objs, dm.configKey), podEnviron(t, d))
 				if cfg.Role != role {
 					t.Errorf("role %q, want %q", cfg.Role, role)
 				}
@@ -485,7 +495,13 @@ func TestDaemonConfigMatchesPods(t *testing.T) {
 				}
 				// Host folders are mounted at their own paths, so paths in
 				// logs, records and loop backing files mean the same inside
-				// and outside the pod.
+				// and outside the pod; they are the layout's own, so that
+				// layouts install side by side.
+				for _, dir := range []string{cfg.StateDir, cfg.CacheDir, cfg.ModuleDir} {
+					if !strings.HasPrefix(dir, l.base+"/") {
+						t.Errorf("%s is not under the layout's folder %s", dir, l.base)
+					}
+				}
 				for _, dir := range []string{cfg.StateDir, cfg.CacheDir} {
 					m := checkHostPathAt(t, spec, d, dir)
 					if m.ReadOnly {
@@ -497,12 +513,7 @@ func TestDaemonConfigMatchesPods(t *testing.T) {
 					if len(g.HostCalls) == 0 {
 						t.Errorf("module %s is granted no host calls", mod)
 					}
-					for _, root := range g.Roots {
-						if !strings.HasPrefix(root, "/var/lib/wasmcsi/pools/"+mod) {
-							t.Errorf("module %s: root %s is not its pool under /var/lib/wasmcsi/pools", mod, root)
-						}
-						checkHostPathAt(t, spec, d, "/var/lib/wasmcsi/pools")
-					}
+					checkRoots(t, spec, d, l.base, role, mod, g.Roots)
 				}
 
 				// Probes and metrics.
@@ -517,11 +528,11 @@ func TestDaemonConfigMatchesPods(t *testing.T) {
 					t.Error("wasmcsi has no liveness probe on the healthz port")
 				}
 
-				// Modules from the image reach the module folder.
+				// Modules from the image reach the module folder: exactly
+				// the granted ones, since a module without a grant is
+				// refused at every start.
 				init := spec.container(t, "install-modules")
-				if len(init.Command) < 2 || init.Command[len(init.Command)-2] != imageModuleDir(t) || init.Command[len(init.Command)-1] != cfg.ModuleDir {
-					t.Errorf("install-modules %q does not copy %s to %s", init.Command, imageModuleDir(t), cfg.ModuleDir)
-				}
+				checkInstalls(t, init.Command, cfg)
 				if m, ok := init.mountAt(cfg.ModuleDir); !ok || m.ReadOnly {
 					t.Errorf("install-modules cannot write %s", cfg.ModuleDir)
 				}
@@ -588,6 +599,83 @@ func checkHostPathAt(t *testing.T, spec podSpec, c container, path string) volum
 	return m
 }
 
+// checkRoots checks a module's roots against the pod: the first is its
+// pool under <base>/pools, mounted from the host at the same path (a node
+// daemon may have none: it keeps no volumes); every absolute root (pool,
+// devices, /dev/mapper names) lies in a host folder the daemon mounts at
+// the same path. Roots without a slash are names (device-mapper or IQN
+// prefixes, portals) and need no mount.
+func checkRoots(t *testing.T, spec podSpec, d container, base, role, mod string, roots []string) {
+	t.Helper()
+	pool := base + "/pools/" + mod
+	if role != config.RoleNode || len(roots) > 0 && strings.HasPrefix(roots[0], "/") {
+		if len(roots) == 0 || roots[0] != pool {
+			t.Errorf("module %s: first root of %q is not its pool %s", mod, roots, pool)
+		}
+		checkHostPathAt(t, spec, d, base+"/pools")
+	}
+	for _, r := range roots {
+		if !strings.HasPrefix(r, "/") {
+			continue
+		}
+		found := false
+		for _, m := range d.VolumeMounts {
+			v, ok := spec.volume(m.Name)
+			if ok && v.HostPath != nil && v.HostPath.Path == m.MountPath && strings.HasPrefix(r, strings.TrimSuffix(m.MountPath, "/")+"/") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("module %s: root %s is in no host folder the daemon mounts at the same path", mod, r)
+		}
+	}
+}
+
+// installedModules reads an install command, `cp [flags]
+// --target-directory=DIR FILE...`, and returns DIR and the module names of
+// the files (each must be a .wasm file in the image's module folder).
+func installedModules(t *testing.T, cmd []string) (string, []string) {
+	t.Helper()
+	if len(cmd) == 0 || cmd[0] != "cp" {
+		t.Errorf("install command %q is not cp", cmd)
+		return "", nil
+	}
+	dir, _ := flag(cmd, "target-directory")
+	var mods []string
+	for _, a := range cmd[1:] {
+		if strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, ok := strings.CutSuffix(strings.TrimPrefix(a, imageModuleDir(t)+"/"), ".wasm")
+		if !ok || strings.Contains(name, "/") {
+			t.Errorf("install command copies %s, not a module file of %s", a, imageModuleDir(t))
+			continue
+		}
+		mods = append(mods, name)
+	}
+	slices.Sort(mods)
+	return dir, mods
+}
+
+// checkInstalls checks that an install command copies into the daemon's
+// module folder exactly the modules its configuration grants, each built
+// into the image from examples/<name>.
+func checkInstalls(t *testing.T, cmd []string, cfg *config.Config) {
+	t.Helper()
+	dir, mods := installedModules(t, cmd)
+	if dir != cfg.ModuleDir {
+		t.Errorf("install-modules copies to %q, module_dir is %s", dir, cfg.ModuleDir)
+	}
+	if granted := slices.Sorted(maps.Keys(cfg.Modules)); !slices.Equal(mods, granted) {
+		t.Errorf("install-modules installs %q, the configuration grants %q", mods, granted)
+	}
+	for _, m := range mods {
+		if _, err := os.Stat(filepath.Join("..", "examples", m, "main.go")); err != nil {
+			t.Errorf("module %s is not built into the image (no examples/%s): %v", m, m, err)
+		}
+	}
+}
+
 var copyModulesRE = regexp.MustCompile(`(?m)^COPY --from=\S+ /out/modules/ (\S+?)/?$`)
 
 // imageModuleDir is where the Dockerfile puts the modules in the image.
@@ -625,14 +713,15 @@ func TestSidecarModes(t *testing.T) {
 			[]string{"--node-deployment=true"}, []string{"NODE_NAME"}, nil},
 		{"kubernetes", "wasmcsi", "csi-resizer",
 			[]string{"--leader-election"}, []string{"NAMESPACE"}, []string{"VolumeAttributesClass"}},
-		{"kubernetes-split", "wasmcsi-controller", "csi-provisioner",
-			[]string{"--leader-election", "--enable-capacity", "--capacity-ownerref-level=2"},
+		// iscsi has one pool for every node (storageCapacity: false).
+		{"kubernetes-split", "wasmcsi-iscsi-controller", "csi-provisioner",
+			[]string{"--leader-election"},
 			[]string{"NAMESPACE", "POD_NAME"}, []string{"Topology", "VolumeAttributesClass"}},
-		{"kubernetes-split", "wasmcsi-controller", "csi-attacher",
+		{"kubernetes-split", "wasmcsi-iscsi-controller", "csi-attacher",
 			[]string{"--leader-election"}, []string{"NAMESPACE"}, nil},
-		{"kubernetes-split", "wasmcsi-controller", "csi-resizer",
+		{"kubernetes-split", "wasmcsi-iscsi-controller", "csi-resizer",
 			[]string{"--leader-election"}, []string{"NAMESPACE"}, []string{"VolumeAttributesClass"}},
-		{"kubernetes-split", "wasmcsi-controller", "csi-snapshotter",
+		{"kubernetes-split", "wasmcsi-iscsi-controller", "csi-snapshotter",
 			[]string{"--leader-election"}, []string{"NAMESPACE"}, nil},
 	} {
 		t.Run(tc.dir+"/"+tc.workload+"/"+tc.container, func(t *testing.T) {
@@ -686,84 +775,137 @@ func featureGates(args []string) map[string]string {
 	return out
 }
 
+// Every class names a backend its layout's controller grants, in the
+// binding mode the backend's topology asks for, and every granted backend
+// has a class; the snapshot classes name the layout's driver.
 func TestStorageClasses(t *testing.T) {
-	objs := readObjects(t, "kubernetes")
-	driver := driverName(t, objs)
-	cfg := loadConfig(t, configMapYAML(t, objs), []string{"WASMCSI_NODE_ID=" + testNodeID})
-	fsTypes := map[string]bool{}
-	classes := 0
-	for _, o := range objs {
-		switch o.Kind {
-		case "StorageClass":
-			classes++
-			var sc struct {
-				Provisioner          string            `yaml:"provisioner"`
-				Parameters           map[string]string `yaml:"parameters"`
-				AllowVolumeExpansion bool              `yaml:"allowVolumeExpansion"`
-				VolumeBindingMode    string            `yaml:"volumeBindingMode"`
+	for _, tc := range []struct {
+		l       layout
+		binding string   // node-local volumes wait for the pod's node
+		want    []string // backend/fstype of the classes expected
+	}{
+		{layouts[0], "WaitForFirstConsumer", []string{"localdir/", "loopfile/ext4", "loopfile/xfs", "loopfile/", "dmthin/ext4"}},
+		{layouts[1], "Immediate", []string{"iscsi/ext4"}},
+	} {
+		t.Run(tc.l.dir, func(t *testing.T) {
+			objs := readObjects(t, tc.l.dir)
+			driver := driverName(t, objs)
+			key := ""
+			for _, d := range tc.l.daemons {
+				if d.role != config.RoleNode {
+					key = d.configKey
+				}
 			}
-			o.decode(t, &sc)
-			if sc.Provisioner != driver {
-				t.Errorf("%s: provisioner %q, want %q", o.Metadata.Name, sc.Provisioner, driver)
+			cfg := loadConfig(t, configMapYAML(t, tc.l, objs, key), []string{"WASMCSI_NODE_ID=" + testNodeID})
+			fsTypes := map[string]bool{}
+			backends := map[string]bool{}
+			snapshotClasses := 0
+			for _, o := range objs {
+				switch o.Kind {
+				case "StorageClass":
+					var sc struct {
+						Provisioner          string            `yaml:"provisioner"`
+						Parameters           map[string]string `yaml:"parameters"`
+						AllowVolumeExpansion bool              `yaml:"allowVolumeExpansion"`
+						VolumeBindingMode    string            `yaml:"volumeBindingMode"`
+					}
+					o.decode(t, &sc)
+					if sc.Provisioner != driver {
+						t.Errorf("%s: provisioner %q, want %q", o.Metadata.Name, sc.Provisioner, driver)
+					}
+					backend := sc.Parameters[cfg.BackendParameter]
+					if _, granted := cfg.Modules[backend]; !granted {
+						t.Errorf("%s: parameter %s=%q names no module granted in the config", o.Metadata.Name, cfg.BackendParameter, backend)
+					}
+					if !sc.AllowVolumeExpansion || sc.VolumeBindingMode != tc.binding {
+						t.Errorf("%s: want allowVolumeExpansion and %s", o.Metadata.Name, tc.binding)
+					}
+					fs := sc.Parameters["csi.storage.k8s.io/fstype"]
+					if fs != "" && fs != "ext4" && fs != "xfs" && fs != "btrfs" {
+						t.Errorf("%s: fstype %q", o.Metadata.Name, fs)
+					}
+					fsTypes[backend+"/"+fs] = true
+					backends[backend] = true
+				case "VolumeSnapshotClass":
+					snapshotClasses++
+					var vsc struct {
+						Driver string `yaml:"driver"`
+					}
+					o.decode(t, &vsc)
+					if vsc.Driver != driver {
+						t.Errorf("VolumeSnapshotClass %s: driver %q, want %q", o.Metadata.Name, vsc.Driver, driver)
+					}
+				}
 			}
-			backend := sc.Parameters[cfg.BackendParameter]
-			if _, granted := cfg.Modules[backend]; !granted {
-				t.Errorf("%s: parameter %s=%q names no module granted in the config", o.Metadata.Name, cfg.BackendParameter, backend)
+			for _, want := range tc.want {
+				if !fsTypes[want] {
+					t.Errorf("no StorageClass for %s", want)
+				}
 			}
-			if !sc.AllowVolumeExpansion || sc.VolumeBindingMode != "WaitForFirstConsumer" {
-				t.Errorf("%s: want allowVolumeExpansion and WaitForFirstConsumer", o.Metadata.Name)
+			for m := range cfg.Modules {
+				if !backends[m] {
+					t.Errorf("backend %s is granted but no StorageClass offers it", m)
+				}
 			}
-			fs := sc.Parameters["csi.storage.k8s.io/fstype"]
-			if fs != "" && fs != "ext4" && fs != "xfs" && fs != "btrfs" {
-				t.Errorf("%s: fstype %q", o.Metadata.Name, fs)
+			if snapshotClasses != 1 {
+				t.Errorf("%d VolumeSnapshotClasses, want 1", snapshotClasses)
 			}
-			fsTypes[backend+"/"+fs] = true
-		case "VolumeSnapshotClass":
-			var vsc struct {
-				Driver string `yaml:"driver"`
-			}
-			o.decode(t, &vsc)
-			if vsc.Driver != driver {
-				t.Errorf("VolumeSnapshotClass %s: driver %q, want %q", o.Metadata.Name, vsc.Driver, driver)
-			}
-		}
-	}
-	for _, want := range []string{"localdir/", "loopfile/ext4", "loopfile/xfs", "loopfile/"} {
-		if !fsTypes[want] {
-			t.Errorf("no StorageClass for %s", want)
-		}
-	}
-	if classes == 0 {
-		t.Fatal("no StorageClass")
+		})
 	}
 }
 
+// The CSIDriver of each layout matches what its backends need: the
+// node-local backends never attach and serve inline volumes; iscsi needs
+// attachment (ControllerPublishVolume exports the LUN) and serves no
+// inline volumes.
 func TestCSIDriver(t *testing.T) {
-	var d struct {
-		Spec struct {
-			AttachRequired       *bool    `yaml:"attachRequired"`
-			PodInfoOnMount       *bool    `yaml:"podInfoOnMount"`
-			VolumeLifecycleModes []string `yaml:"volumeLifecycleModes"`
-			FSGroupPolicy        string   `yaml:"fsGroupPolicy"`
-			StorageCapacity      *bool    `yaml:"storageCapacity"`
-			RequiresRepublish    *bool    `yaml:"requiresRepublish"`
-		} `yaml:"spec"`
-	}
-	objs := readObjects(t, "kubernetes")
-	mustFind(t, objs, "CSIDriver", driverName(t, objs)).decode(t, &d)
-	is := func(p *bool, want bool) bool { return p != nil && *p == want }
-	// Inline ephemeral volumes need podInfoOnMount: kubelet marks them
-	// (csi.storage.k8s.io/ephemeral) only among the pod's information.
-	if !is(d.Spec.AttachRequired, false) || !is(d.Spec.PodInfoOnMount, true) || !is(d.Spec.StorageCapacity, true) || !is(d.Spec.RequiresRepublish, false) {
-		t.Errorf("CSIDriver flags: %+v", d.Spec)
-	}
-	if !slices.Equal(d.Spec.VolumeLifecycleModes, []string{"Persistent", "Ephemeral"}) || d.Spec.FSGroupPolicy != "File" {
-		t.Errorf("CSIDriver modes %v, fsGroupPolicy %q", d.Spec.VolumeLifecycleModes, d.Spec.FSGroupPolicy)
-	}
-	for _, c := range workloads(t, objs)["wasmcsi"].Containers {
-		if c.Name == "csi-attacher" {
-			t.Error("attachRequired is false: the node-local layout runs no csi-attacher")
-		}
+	for _, tc := range []struct {
+		l                         layout
+		driver                    string
+		attach, podInfo, capacity bool
+		modes                     []string
+	}{
+		{layouts[0], "wasmcsi.dev", false, true, true, []string{"Persistent", "Ephemeral"}},
+		{layouts[1], "iscsi.wasmcsi.dev", true, false, false, []string{"Persistent"}},
+	} {
+		t.Run(tc.l.dir, func(t *testing.T) {
+			var d struct {
+				Spec struct {
+					AttachRequired       *bool    `yaml:"attachRequired"`
+					PodInfoOnMount       *bool    `yaml:"podInfoOnMount"`
+					VolumeLifecycleModes []string `yaml:"volumeLifecycleModes"`
+					FSGroupPolicy        string   `yaml:"fsGroupPolicy"`
+					StorageCapacity      *bool    `yaml:"storageCapacity"`
+					RequiresRepublish    *bool    `yaml:"requiresRepublish"`
+				} `yaml:"spec"`
+			}
+			objs := readObjects(t, tc.l.dir)
+			if got := driverName(t, objs); got != tc.driver {
+				t.Fatalf("driver %q, want %q", got, tc.driver)
+			}
+			mustFind(t, objs, "CSIDriver", tc.driver).decode(t, &d)
+			is := func(p *bool, want bool) bool { return p != nil && *p == want }
+			// Inline ephemeral volumes need podInfoOnMount: kubelet marks them
+			// (csi.storage.k8s.io/ephemeral) only among the pod's information.
+			if !is(d.Spec.AttachRequired, tc.attach) || !is(d.Spec.PodInfoOnMount, tc.podInfo) || !is(d.Spec.StorageCapacity, tc.capacity) || !is(d.Spec.RequiresRepublish, false) {
+				t.Errorf("CSIDriver flags: %+v", d.Spec)
+			}
+			if !slices.Equal(d.Spec.VolumeLifecycleModes, tc.modes) || d.Spec.FSGroupPolicy != "File" {
+				t.Errorf("CSIDriver modes %v, fsGroupPolicy %q", d.Spec.VolumeLifecycleModes, d.Spec.FSGroupPolicy)
+			}
+			// Attachment is needed exactly where a csi-attacher runs, and
+			// capacity objects exactly where a provisioner publishes them.
+			attacher, capacity := false, false
+			for _, spec := range workloads(t, objs) {
+				for _, c := range spec.Containers {
+					attacher = attacher || c.Name == "csi-attacher"
+					capacity = capacity || c.Name == "csi-provisioner" && slices.Contains(c.Args, "--enable-capacity")
+				}
+			}
+			if attacher != tc.attach || capacity != tc.capacity {
+				t.Errorf("csi-attacher running %v, capacity published %v; CSIDriver attachRequired %v, storageCapacity %v", attacher, capacity, tc.attach, tc.capacity)
+			}
+		})
 	}
 }
 
@@ -811,7 +953,7 @@ func TestRBAC(t *testing.T) {
 					t.Errorf("%s %s: no %s %s", o.Kind, o.Metadata.Name, b.RoleRef.Kind, b.RoleRef.Name)
 				}
 				for _, s := range b.Subjects {
-					if _, ok := find(objs, "ServiceAccount", s.Name); s.Kind != "ServiceAccount" || !ok || s.Namespace != namespace {
+					if _, ok := find(objs, "ServiceAccount", s.Name); s.Kind != "ServiceAccount" || !ok || s.Namespace != l.namespace {
 						t.Errorf("%s %s: subject %+v is not a service account of this layout", o.Kind, o.Metadata.Name, s)
 					}
 					granted[s.Name] = append(granted[s.Name], rules...)
@@ -822,7 +964,7 @@ func TestRBAC(t *testing.T) {
 					t.Errorf("%s: service account %q is not defined", name, spec.ServiceAccountName)
 				}
 			}
-			for _, need := range []struct{ group, resource, verb, who string }{
+			needs := []struct{ group, resource, verb, who string }{
 				{"", "persistentvolumes", "create", "external-provisioner"},
 				{"", "persistentvolumeclaims", "update", "external-provisioner"},
 				{"storage.k8s.io", "csinodes", "get", "external-provisioner"},
@@ -834,11 +976,16 @@ func TestRBAC(t *testing.T) {
 				{"", "persistentvolumeclaims/status", "patch", "external-resizer"},
 				{"snapshot.storage.k8s.io", "volumesnapshotcontents/status", "update", "csi-snapshotter"},
 				{"groupsnapshot.storage.k8s.io", "volumegroupsnapshotcontents", "update", "csi-snapshotter"},
-				{"cbt.storage.k8s.io", "snapshotmetadataservices", "get", "snapshot-metadata"},
-				{"authentication.k8s.io", "tokenreviews", "create", "snapshot-metadata"},
-			} {
-				if !allows(granted["wasmcsi"], need.group, need.resource, need.verb) {
-					t.Errorf("service account wasmcsi may not %s %s.%s (needed by %s)", need.verb, need.resource, need.group, need.who)
+			}
+			if l.dir == "kubernetes" {
+				// Changed block tracking: loopfile and dmthin serve it.
+				needs = append(needs,
+					struct{ group, resource, verb, who string }{"cbt.storage.k8s.io", "snapshotmetadataservices", "get", "snapshot-metadata"},
+					struct{ group, resource, verb, who string }{"authentication.k8s.io", "tokenreviews", "create", "snapshot-metadata"})
+			}
+			for _, need := range needs {
+				if !allows(granted[l.serviceAccount], need.group, need.resource, need.verb) {
+					t.Errorf("service account %s may not %s %s.%s (needed by %s)", l.serviceAccount, need.verb, need.resource, need.group, need.who)
 				}
 			}
 		})
@@ -852,6 +999,59 @@ func allows(rules []rule, group, resource, verb string) bool {
 		}
 	}
 	return false
+}
+
+// The layouts install side by side: no object, driver name or host folder
+// of one is the other's, and the pods on the host network (which may share
+// a node) listen on distinct ports.
+func TestLayoutsInstallSideBySide(t *testing.T) {
+	// Host folders every node has, which daemons of both layouts read or
+	// share by design (kubelet's, the initiator's, the kernel's).
+	shared := []string{"/dev", "/sys", "/var/lib/kubelet", "/var/lib/kubelet/plugins_registry", "/etc/iscsi", "/var/lib/iscsi"}
+	owner := map[string]string{}   // kind/namespace/name -> layout
+	folders := map[string]string{} // host folder -> layout
+	ports := map[int]string{}      // host-network port -> layout/workload/container
+	drivers := map[string]string{}
+	for _, l := range layouts {
+		objs := readObjects(t, l.dir)
+		d := driverName(t, objs)
+		if prev, ok := drivers[d]; ok {
+			t.Errorf("%s and %s both define driver %s", prev, l.dir, d)
+		}
+		drivers[d] = l.dir
+		for _, o := range objs {
+			key := o.Kind + "/" + o.Metadata.Namespace + "/" + o.Metadata.Name
+			if prev, ok := owner[key]; ok && prev != l.dir {
+				t.Errorf("%s is defined by %s and %s", key, prev, l.dir)
+			}
+			owner[key] = l.dir
+		}
+		for name, spec := range workloads(t, objs) {
+			for _, v := range spec.Volumes {
+				if v.HostPath == nil || slices.Contains(shared, v.HostPath.Path) {
+					continue
+				}
+				for f, prev := range folders {
+					if prev != l.dir && (f == v.HostPath.Path || strings.HasPrefix(f, v.HostPath.Path+"/") || strings.HasPrefix(v.HostPath.Path, f+"/")) {
+						t.Errorf("host folder %s of %s overlaps %s of %s", v.HostPath.Path, l.dir, f, prev)
+					}
+				}
+				folders[v.HostPath.Path] = l.dir
+			}
+			if !spec.HostNetwork {
+				continue
+			}
+			for _, c := range spec.Containers {
+				for _, p := range c.Ports {
+					who := l.dir + "/" + name + "/" + c.Name
+					if prev, ok := ports[p.ContainerPort]; ok {
+						t.Errorf("host port %d: %s and %s", p.ContainerPort, prev, who)
+					}
+					ports[p.ContainerPort] = who
+				}
+			}
+		}
+	}
 }
 
 // kubectl's built-in kustomize renders both layouts; the split layout has
@@ -882,13 +1082,13 @@ func TestKustomizeBuild(t *testing.T) {
 				rendered = append(rendered, o)
 			}
 			specs := workloads(t, rendered)
-			for name := range l.roles {
+			for name := range l.daemons {
 				if _, ok := specs[name]; !ok {
 					t.Errorf("rendered %s has no workload %s", l.dir, name)
 				}
 			}
-			if len(specs) != len(l.roles) {
-				t.Errorf("rendered %s has workloads %v, want those of %v", l.dir, slices.Sorted(maps.Keys(specs)), l.roles)
+			if len(specs) != len(l.daemons) {
+				t.Errorf("rendered %s has workloads %v, want those of %v", l.dir, slices.Sorted(maps.Keys(specs)), l.daemons)
 			}
 			var d struct {
 				Spec struct {
@@ -967,12 +1167,18 @@ func TestNomad(t *testing.T) {
 			t.Errorf("%s is not a volume_mount destination of the job", dir)
 		}
 	}
-	if !strings.Contains(string(job), `"`+imageModuleDir(t)+`", "`+cfg.ModuleDir+`"`) {
-		t.Errorf("install-modules does not copy %s to %s", imageModuleDir(t), cfg.ModuleDir)
+	install := regexp.MustCompile(`(?s)task\s+"install-modules"\s*\{.*?entrypoint\s*=\s*\["cp"\]\s*args\s*=\s*\[(.*?)\]`).FindSubmatch(job)
+	if install == nil {
+		t.Fatal("no install-modules task running cp")
 	}
+	cmd := []string{"cp"}
+	for _, m := range regexp.MustCompile(`"([^"]*)"`).FindAllSubmatch(install[1], -1) {
+		cmd = append(cmd, string(m[1]))
+	}
+	checkInstalls(t, cmd, cfg)
 
 	// Same grants as on Kubernetes, and the example names one of them.
-	k8s := loadConfig(t, configMapYAML(t, readObjects(t, "kubernetes")), nil)
+	k8s := loadConfig(t, configMapYAML(t, layouts[0], readObjects(t, "kubernetes"), "config.yaml"), nil)
 	for name, g := range k8s.Modules {
 		n, ok := cfg.Modules[name]
 		if !ok || !slices.Equal(n.HostCalls, g.HostCalls) || !slices.Equal(n.Roots, g.Roots) {

@@ -130,6 +130,16 @@ job "wasmcsi" {
               hostcalls: [file, loop]
               roots: [${var.root}/pools/loopfile]
               config: {}
+            dmthin:
+              sha256: ""
+              hostcalls: [dm, file, loop]
+              roots: [${var.root}/pools/dmthin, wasmcsi-, /dev/mapper/wasmcsi-]
+              config:
+                pool: wasmcsi-thin
+                data_device: data.img
+                metadata_device: meta.img
+                data_size: 10Gi
+                metadata_size: 64Mi
           EOT
       }
 

@@ -82,8 +82,10 @@ job "wasmcsi" {
       }
     }
 
-    # Copies the modules baked into the image to the client's module folder
-    # before the plugin starts (same-named files are replaced; others stay).
+    # Copies the modules granted below from the image to the client's module
+    # folder before the plugin starts (same-named files are replaced; others
+    # stay). The image's iscsi module is left out: it needs a controller
+    # publish step the node-local plugin does not take part in.
     task "install-modules" {
       lifecycle {
         hook    = "prestart"
@@ -94,8 +96,11 @@ job "wasmcsi" {
         image      = "wasmcsi/wasmcsi:dev"
         entrypoint = ["cp"]
         args = [
-          "--recursive", "--preserve=mode,timestamps", "--remove-destination",
-          "--no-target-directory", "/opt/wasmcsi/modules", "/var/lib/wasmcsi/modules",
+          "--preserve=mode,timestamps", "--remove-destination",
+          "--target-directory=/var/lib/wasmcsi/modules",
+          "/opt/wasmcsi/modules/localdir.wasm",
+          "/opt/wasmcsi/modules/loopfile.wasm",
+          "/opt/wasmcsi/modules/dmthin.wasm",
         ]
       }
       volume_mount {
@@ -161,6 +166,16 @@ modules:
     hostcalls: [file, loop]
     roots: [/var/lib/wasmcsi/pools/loopfile]
     config: {}
+  dmthin:
+    sha256: ""
+    hostcalls: [dm, file, loop]
+    roots: [/var/lib/wasmcsi/pools/dmthin, wasmcsi-, /dev/mapper/wasmcsi-]
+    config:
+      pool: wasmcsi-thin
+      data_device: data.img
+      metadata_device: meta.img
+      data_size: 10Gi
+      metadata_size: 64Mi
 EOF
       }
 
