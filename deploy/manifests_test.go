@@ -370,7 +370,7 @@ func TestManifestsAreWellFormed(t *testing.T) {
 				if o.APIVersion == "" || o.Kind == "" || o.Metadata.Name == "" {
 					t.Errorf("%s: document without apiVersion, kind or name: %+v", o.file, o)
 				}
-				clusterScoped := slices.Contains([]string{"Namespace", "CSIDriver", "StorageClass", "VolumeSnapshotClass", "ClusterRole", "ClusterRoleBinding"}, o.Kind)
+				clusterScoped := slices.Contains([]string{"Namespace", "CSIDriver", "StorageClass", "VolumeSnapshotClass", "VolumeGroupSnapshotClass", "ClusterRole", "ClusterRoleBinding"}, o.Kind)
 				if !clusterScoped && o.Metadata.Namespace != l.namespace {
 					t.Errorf("%s: %s %s in namespace %q, want %q", o.file, o.Kind, o.Metadata.Name, o.Metadata.Namespace, l.namespace)
 				}
@@ -710,7 +710,11 @@ func TestSidecarModes(t *testing.T) {
 			[]string{"--node-deployment=true", "--enable-capacity", "--capacity-ownerref-level=1"},
 			[]string{"NODE_NAME", "NAMESPACE", "POD_NAME"}, []string{"Topology", "VolumeAttributesClass"}},
 		{"kubernetes", "wasmcsi", "csi-snapshotter",
-			[]string{"--node-deployment=true"}, []string{"NODE_NAME"}, nil},
+			[]string{"--node-deployment=true"}, []string{"NODE_NAME"}, []string{"CSIVolumeGroupSnapshot"}},
+		// ListVolumes of a node's daemon names only that node's volumes,
+		// and the monitor skips PVs it does not name: one per node.
+		{"kubernetes", "wasmcsi", "csi-external-health-monitor-controller",
+			nil, nil, nil},
 		{"kubernetes", "wasmcsi", "csi-resizer",
 			[]string{"--leader-election"}, []string{"NAMESPACE"}, []string{"VolumeAttributesClass"}},
 		// iscsi has one pool for every node (storageCapacity: false).
@@ -722,6 +726,8 @@ func TestSidecarModes(t *testing.T) {
 		{"kubernetes-split", "wasmcsi-iscsi-controller", "csi-resizer",
 			[]string{"--leader-election"}, []string{"NAMESPACE"}, []string{"VolumeAttributesClass"}},
 		{"kubernetes-split", "wasmcsi-iscsi-controller", "csi-snapshotter",
+			[]string{"--leader-election"}, []string{"NAMESPACE"}, []string{"CSIVolumeGroupSnapshot"}},
+		{"kubernetes-split", "wasmcsi-iscsi-controller", "csi-external-health-monitor-controller",
 			[]string{"--leader-election"}, []string{"NAMESPACE"}, nil},
 	} {
 		t.Run(tc.dir+"/"+tc.workload+"/"+tc.container, func(t *testing.T) {
@@ -741,7 +747,7 @@ func TestSidecarModes(t *testing.T) {
 					t.Errorf("args %q do not turn on feature gate %s", c.Args, g)
 				}
 			}
-			if slices.Contains(c.Args, "--node-deployment=true") && slices.Contains(c.Args, "--leader-election") {
+			if tc.dir == "kubernetes" && slices.Contains(c.Args, "--leader-election") && c.Name != "csi-resizer" {
 				t.Error("a per-node sidecar must not take part in leader election")
 			}
 			if addr, _ := flag(c.Args, "csi-address"); addr != "/csi/csi.sock" {
@@ -783,9 +789,10 @@ func TestStorageClasses(t *testing.T) {
 		l       layout
 		binding string   // node-local volumes wait for the pod's node
 		want    []string // backend/fstype of the classes expected
+		groups  int      // VolumeGroupSnapshotClasses (see daemonset.yaml's csi-snapshotter)
 	}{
-		{layouts[0], "WaitForFirstConsumer", []string{"localdir/", "loopfile/ext4", "loopfile/xfs", "loopfile/", "dmthin/ext4"}},
-		{layouts[1], "Immediate", []string{"iscsi/ext4"}},
+		{layouts[0], "WaitForFirstConsumer", []string{"localdir/", "loopfile/ext4", "loopfile/xfs", "loopfile/", "dmthin/ext4"}, 0},
+		{layouts[1], "Immediate", []string{"iscsi/ext4"}, 1},
 	} {
 		t.Run(tc.l.dir, func(t *testing.T) {
 			objs := readObjects(t, tc.l.dir)
@@ -799,7 +806,7 @@ func TestStorageClasses(t *testing.T) {
 			cfg := loadConfig(t, configMapYAML(t, tc.l, objs, key), []string{"WASMCSI_NODE_ID=" + testNodeID})
 			fsTypes := map[string]bool{}
 			backends := map[string]bool{}
-			snapshotClasses := 0
+			snapshotClasses, groupClasses := 0, 0
 			for _, o := range objs {
 				switch o.Kind {
 				case "StorageClass":
@@ -826,14 +833,18 @@ func TestStorageClasses(t *testing.T) {
 					}
 					fsTypes[backend+"/"+fs] = true
 					backends[backend] = true
-				case "VolumeSnapshotClass":
-					snapshotClasses++
+				case "VolumeSnapshotClass", "VolumeGroupSnapshotClass":
+					if o.Kind == "VolumeSnapshotClass" {
+						snapshotClasses++
+					} else {
+						groupClasses++
+					}
 					var vsc struct {
 						Driver string `yaml:"driver"`
 					}
 					o.decode(t, &vsc)
 					if vsc.Driver != driver {
-						t.Errorf("VolumeSnapshotClass %s: driver %q, want %q", o.Metadata.Name, vsc.Driver, driver)
+						t.Errorf("%s %s: driver %q, want %q", o.Kind, o.Metadata.Name, vsc.Driver, driver)
 					}
 				}
 			}
@@ -847,8 +858,8 @@ func TestStorageClasses(t *testing.T) {
 					t.Errorf("backend %s is granted but no StorageClass offers it", m)
 				}
 			}
-			if snapshotClasses != 1 {
-				t.Errorf("%d VolumeSnapshotClasses, want 1", snapshotClasses)
+			if snapshotClasses != 1 || groupClasses != tc.groups {
+				t.Errorf("%d VolumeSnapshotClasses, %d VolumeGroupSnapshotClasses; want 1 and %d", snapshotClasses, groupClasses, tc.groups)
 			}
 		})
 	}
@@ -976,6 +987,10 @@ func TestRBAC(t *testing.T) {
 				{"", "persistentvolumeclaims/status", "patch", "external-resizer"},
 				{"snapshot.storage.k8s.io", "volumesnapshotcontents/status", "update", "csi-snapshotter"},
 				{"groupsnapshot.storage.k8s.io", "volumegroupsnapshotcontents", "update", "csi-snapshotter"},
+				{"groupsnapshot.storage.k8s.io", "volumegroupsnapshotclasses", "list", "csi-snapshotter"},
+				{"", "persistentvolumes", "list", "external-health-monitor"},
+				{"", "pods", "list", "external-health-monitor"},
+				{"", "events", "create", "external-health-monitor"},
 			}
 			if l.dir == "kubernetes" {
 				// Changed block tracking: loopfile and dmthin serve it.
