@@ -1,0 +1,244 @@
+package deploy
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+const chartDir = "helm/wasmcsi"
+
+// helmBinary returns the helm to render the chart with: WASMCSI_HELM
+// (.ci/helm.sh prints one), else helm on PATH; the test skips without.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	if h := os.Getenv("WASMCSI_HELM"); h != "" {
+		return h
+	}
+	h, err := exec.LookPath("helm")
+	if err != nil {
+		t.Skip("needs helm: set WASMCSI_HELM=$(.ci/helm.sh) or put helm on PATH: ", err)
+	}
+	return h
+}
+
+// renderChart runs helm template on the chart in namespace ns with the
+// given helm flags and returns the objects it renders.
+func renderChart(t *testing.T, helm, ns string, flags ...string) []object {
+	t.Helper()
+	out, err := renderChartErr(helm, ns, flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "rendered.yaml")
+	if err := os.WriteFile(file, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var objs []object
+	for _, n := range readDocs(t, file) {
+		o := object{file: file, node: n}
+		o.decode(t, &o)
+		if o.Kind != "" {
+			objs = append(objs, o)
+		}
+	}
+	return objs
+}
+
+func renderChartErr(helm, ns string, flags ...string) ([]byte, error) {
+	args := append([]string{"template", "wasmcsi", chartDir, "--namespace", ns}, flags...)
+	out, err := exec.Command(helm, args...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return nil, fmt.Errorf("helm %s: %v\n%s", strings.Join(args, " "), err, ee.Stderr)
+		}
+		return nil, fmt.Errorf("helm %s: %v", strings.Join(args, " "), err)
+	}
+	return out, nil
+}
+
+// normalized is an object as plain data, with a ConfigMap's values parsed
+// as YAML (they are daemon configurations, whose comments and key order
+// mean nothing).
+func normalized(t *testing.T, o object) any {
+	t.Helper()
+	var m map[string]any
+	o.decode(t, &m)
+	if o.Kind == "ConfigMap" {
+		data, _ := m["data"].(map[string]any)
+		for k, v := range data {
+			var parsed any
+			if err := yaml.Unmarshal([]byte(fmt.Sprint(v)), &parsed); err != nil {
+				t.Fatalf("ConfigMap %s: %s: %v", o.Metadata.Name, k, err)
+			}
+			data[k] = parsed
+		}
+	}
+	return m
+}
+
+func objectKey(o object) string { return o.Kind + "/" + o.Metadata.Namespace + "/" + o.Metadata.Name }
+
+// sameObjects checks that two sets of objects are equal object by object.
+func sameObjects(t *testing.T, got, want []object) {
+	t.Helper()
+	index := func(objs []object) map[string]object {
+		m := map[string]object{}
+		for _, o := range objs {
+			if _, dup := m[objectKey(o)]; dup {
+				t.Errorf("%s twice", objectKey(o))
+			}
+			m[objectKey(o)] = o
+		}
+		return m
+	}
+	g, w := index(got), index(want)
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range w {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		wo := w[k]
+		gobj, ok := g[k]
+		if !ok {
+			t.Errorf("the chart renders no %s (from %s)", k, wo.file)
+			continue
+		}
+		gn, wn := normalized(t, gobj), normalized(t, wo)
+		if !reflect.DeepEqual(gn, wn) {
+			gy, _ := yaml.Marshal(gn)
+			wy, _ := yaml.Marshal(wn)
+			t.Errorf("%s differs from %s:\n--- chart\n%s\n--- %s\n%s", k, wo.file, gy, wo.file, wy)
+		}
+	}
+	for k := range g {
+		if _, ok := w[k]; !ok {
+			t.Errorf("the chart renders %s, which the manifests lack", k)
+		}
+	}
+}
+
+// The chart's defaults render the objects of kubernetes/ and, with
+// layout=split, those of kubernetes-split/, object by object; so every
+// check of the manifests holds for the chart too.
+func TestHelmChartRendersTheManifests(t *testing.T) {
+	helm := helmBinary(t)
+	for _, tc := range []struct {
+		l     layout
+		flags []string
+	}{
+		{layouts[0], []string{"--set", "createNamespace=true"}},
+		{layouts[1], []string{"--set", "createNamespace=true", "--set", "layout=split"}},
+	} {
+		t.Run(tc.l.dir, func(t *testing.T) {
+			sameObjects(t, renderChart(t, helm, tc.l.namespace, tc.flags...), readObjects(t, tc.l.dir))
+		})
+	}
+	for _, set := range []string{"layout=nodeLocal", "layout=split"} {
+		if out, err := exec.Command(helm, "lint", "--strict", chartDir, "--set", set).CombinedOutput(); err != nil {
+			t.Errorf("helm lint --strict --set %s: %v\n%s", set, err, out)
+		}
+	}
+	// By default the chart leaves the namespace to the operator.
+	t.Run("no namespace", func(t *testing.T) {
+		var want []object
+		for _, o := range readObjects(t, "kubernetes") {
+			if o.Kind != "Namespace" {
+				want = append(want, o)
+			}
+		}
+		sameObjects(t, renderChart(t, helm, "wasmcsi"), want)
+	})
+}
+
+// Values change what they say: sidecars turn off, take extra flags and
+// other images; backends and paths move; the optional snapshot-metadata
+// sidecar needs its CA.
+func TestHelmChartValues(t *testing.T) {
+	helm := helmBinary(t)
+	containers := func(objs []object, workload string) map[string]container {
+		spec, ok := workloads(t, objs)[workload]
+		if !ok {
+			t.Fatalf("no workload %s", workload)
+		}
+		m := map[string]container{}
+		for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+			m[c.Name] = c
+		}
+		return m
+	}
+
+	objs := renderChart(t, helm, "storage",
+		"--set", "sidecars.healthMonitor.enabled=false",
+		"--set", "sidecars.provisioner.extraArgs={--kube-api-qps=50}",
+		"--set", "sidecars.resizer.image=example.org/resizer:v9",
+		"--set", "nodeLocal.basePath=/srv/wasmcsi",
+		"--set", "nodeLocal.driverName=local.example.org",
+		"--set", "kubeletDir=/var/lib/k0s/kubelet",
+		"--set", "nodeLocal.backends.dmthin=null")
+	cs := containers(objs, "wasmcsi")
+	if _, ok := cs["csi-external-health-monitor-controller"]; ok {
+		t.Error("health monitor still runs with sidecars.healthMonitor.enabled=false")
+	}
+	if _, ok := find(objs, "ClusterRole", "wasmcsi-external-health-monitor"); ok {
+		t.Error("health monitor RBAC rendered without the health monitor")
+	}
+	if a := cs["csi-provisioner"].Args; a[len(a)-1] != "--kube-api-qps=50" {
+		t.Errorf("provisioner args %q lack the extra flag", a)
+	}
+	if im := cs["csi-resizer"].Image; im != "example.org/resizer:v9" {
+		t.Errorf("resizer image %s", im)
+	}
+	if got, _ := flag(cs["node-driver-registrar"].Args, "kubelet-registration-path"); got != "/var/lib/k0s/kubelet/plugins/local.example.org/csi.sock" {
+		t.Errorf("registration path %s", got)
+	}
+	l := layout{dir: "rendered", namespace: "storage", base: "/srv/wasmcsi", configMap: "wasmcsi-config"}
+	cfg := loadConfig(t, configMapYAML(t, l, objs, "config.yaml"), podEnviron(t, cs["wasmcsi"]))
+	if cfg.DriverName != "local.example.org" || cfg.StateDir != "/srv/wasmcsi/state" {
+		t.Errorf("driver %s, state_dir %s", cfg.DriverName, cfg.StateDir)
+	}
+	spec := workloads(t, objs)["wasmcsi"]
+	checkInstalls(t, cs["install-modules"].Command, cfg)
+	checkRoots(t, spec, cs["wasmcsi"], "/srv/wasmcsi", cfg.Role, "localdir", cfg.Modules["localdir"].Roots)
+	if _, ok := cfg.Modules["dmthin"]; ok {
+		t.Error("dmthin still granted after nodeLocal.backends.dmthin=null")
+	}
+
+	// Changed block tracking is off by default and needs its CA when on.
+	if _, err := renderChartErr(helm, "wasmcsi", "--set", "sidecars.snapshotMetadata.enabled=true"); err == nil || !strings.Contains(err.Error(), "caCert") {
+		t.Errorf("snapshot metadata without caCert: %v", err)
+	}
+	objs = renderChart(t, helm, "wasmcsi", "--set", "sidecars.snapshotMetadata.enabled=true", "--set", "sidecars.snapshotMetadata.caCert=Q0E=")
+	if _, ok := containers(objs, "wasmcsi")["csi-snapshot-metadata"]; !ok {
+		t.Error("no csi-snapshot-metadata sidecar")
+	}
+	var sms struct {
+		Spec struct {
+			Address string `yaml:"address"`
+		} `yaml:"spec"`
+	}
+	mustFind(t, objs, "SnapshotMetadataService", "wasmcsi.dev").decode(t, &sms)
+	if svc := mustFind(t, objs, "Service", "wasmcsi-snapshot-metadata"); sms.Spec.Address != svc.Metadata.Name+".wasmcsi:6443" {
+		t.Errorf("SnapshotMetadataService address %s", sms.Spec.Address)
+	}
+
+	// The split layout's sidecars follow the same values.
+	objs = renderChart(t, helm, "wasmcsi-iscsi", "--set", "layout=split", "--set", "sidecars.attacher.extraArgs={--worker-threads=20}")
+	if a := containers(objs, "wasmcsi-iscsi-controller")["csi-attacher"].Args; a[len(a)-1] != "--worker-threads=20" {
+		t.Errorf("attacher args %q", a)
+	}
+	if _, err := renderChartErr(helm, "x", "--set", "layout=other"); err == nil || !strings.Contains(err.Error(), "want nodeLocal or split") {
+		t.Errorf("layout=other: %v", err)
+	}
+}
