@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -15,20 +16,24 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/wasmcsi/wasmcsi/host/config"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
-// The node-local layout's configuration, as shipped, serves on a kernel
-// without device-mapper: the daemon refuses dmthin at load with the reason
-// (detaching the loop devices its pool files took), serves localdir and
-// loopfile, and advertises no ControllerPublish, which the CSIDriver's
-// attachRequired: false assumes. The modules are those the init container
-// installs, built from examples/.
+// The configurations the layouts ship load and serve with the daemon's
+// own loader and the modules their init containers install, built from
+// examples/, on this machine's kernel without device-mapper, LIO or
+// iscsid: the node-local daemon refuses dmthin at load with the reason
+// (detaching the loop devices its pool files took) and serves localdir
+// and loopfile; the iscsi controller and node daemons load iscsi with
+// their grants (it checks LIO and sessions only when a volume needs
+// them). Each advertises ControllerPublish exactly where its CSIDriver
+// requires attachment.
 //
-// It takes some 20 s (three module builds and compiles); -short skips it.
-func TestShippedConfigServesWithoutDeviceMapper(t *testing.T) {
+// It takes some 20 s (module builds and compiles); -short skips it.
+func TestShippedConfigsServe(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: builds the daemon and three modules")
+		t.Skip("-short: builds the daemon and the modules")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the daemon attaches loop devices")
@@ -43,13 +48,38 @@ func TestShippedConfigServesWithoutDeviceMapper(t *testing.T) {
 	if err != nil {
 		t.Skip("needs the go command to build the daemon: ", err)
 	}
+	bin := filepath.Join(t.TempDir(), "wasmcsi")
+	build := exec.Command(goCmd, "build", "-o", bin, "../cmd/wasmcsi")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the daemon: %v\n%s", err, out)
+	}
+	for _, tc := range []struct {
+		l        layout
+		workload string
+		serves   []string
+		refused  string // what the log says of a refused module
+		attach   bool
+	}{
+		{layouts[0], "wasmcsi", []string{"localdir", "loopfile"}, "device-mapper is not available", false},
+		{layouts[1], "wasmcsi-iscsi-controller", []string{"iscsi"}, "", true},
+		{layouts[1], "wasmcsi-iscsi-node", []string{"iscsi"}, "", false},
+	} {
+		t.Run(tc.workload, func(t *testing.T) {
+			t.Parallel()
+			serveShipped(t, bin, tc.l, tc.workload, tc.serves, tc.refused, tc.attach)
+		})
+	}
+}
 
-	objs := readObjects(t, "kubernetes")
-	spec := workloads(t, objs)["wasmcsi"]
+func serveShipped(t *testing.T, bin string, l layout, workload string, serves []string, refused string, attach bool) {
+	objs := readObjects(t, l.dir)
+	spec := workloads(t, objs)[workload]
 	d := spec.container(t, "wasmcsi")
+	key := strings.TrimPrefix(d.Args[len(d.Args)-1], "/etc/wasmcsi/")
 	dir := t.TempDir()
-	text := strings.ReplaceAll(configMapYAML(t, layouts[0], objs, "config.yaml"), "/var/lib/wasmcsi", dir)
-	text = strings.ReplaceAll(text, `metrics_address: ":9810"`, `metrics_address: ""`)
+	text := strings.ReplaceAll(configMapYAML(t, l, objs, key), l.base, dir)
+	text = regexp.MustCompile(`(?m)^metrics_address: .*$`).ReplaceAllString(text, `metrics_address: ""`)
 	cfgFile := filepath.Join(dir, "config.yaml")
 	if err := os.WriteFile(cfgFile, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
@@ -69,12 +99,6 @@ func TestShippedConfigServesWithoutDeviceMapper(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(cfg.ModuleDir, m+".wasm"), wasm, 0o644); err != nil {
 			t.Fatal(err)
 		}
-	}
-	bin := filepath.Join(dir, "wasmcsi")
-	build := exec.Command(goCmd, "build", "-o", bin, "../cmd/wasmcsi")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the daemon: %v\n%s", err, out)
 	}
 
 	sock := filepath.Join(dir, "csi.sock")
@@ -101,7 +125,7 @@ func TestShippedConfigServesWithoutDeviceMapper(t *testing.T) {
 	})
 	log := func() string { b, _ := os.ReadFile(logFile.Name()); return string(b) }
 
-	// Start-up compiles three modules: allow for a loaded machine.
+	// Start-up compiles the modules: allow for a loaded machine.
 	deadline := time.Now().Add(3 * time.Minute)
 	for !strings.Contains(log(), "serving CSI") {
 		select {
@@ -122,7 +146,8 @@ func TestShippedConfigServesWithoutDeviceMapper(t *testing.T) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	info, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{})
+	// The socket may appear just after the log line: wait for it.
+	info, err := csi.NewIdentityClient(conn).GetPluginInfo(ctx, &csi.GetPluginInfoRequest{}, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,23 +158,30 @@ func TestShippedConfigServesWithoutDeviceMapper(t *testing.T) {
 		}
 	}
 	slices.Sort(served)
-	if !slices.Equal(served, []string{"localdir", "loopfile"}) {
-		t.Errorf("serves %q, want localdir and loopfile\n%s", served, log())
+	if !slices.Equal(served, serves) || info.Name != cfg.DriverName {
+		t.Errorf("%s serves %q, want %s serving %q\n%s", info.Name, served, cfg.DriverName, serves, log())
 	}
-	if !strings.Contains(log(), "device-mapper is not available") {
-		t.Errorf("the log does not say why dmthin was refused:\n%s", log())
+	if refused != "" && !strings.Contains(log(), refused) {
+		t.Errorf("the log does not say %q:\n%s", refused, log())
+	}
+	if refused == "" && strings.Contains(log(), "module refused") {
+		t.Errorf("a module was refused:\n%s", log())
 	}
 	probe, err := csi.NewIdentityClient(conn).Probe(ctx, &csi.ProbeRequest{})
 	if err != nil || !probe.GetReady().GetValue() {
 		t.Errorf("Probe: %v, %v", probe, err)
 	}
-	caps, err := csi.NewControllerClient(conn).ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range caps.Capabilities {
-		if c.GetRpc().GetType() == csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME {
-			t.Error("the node-local daemon advertises PUBLISH_UNPUBLISH_VOLUME, but its CSIDriver has attachRequired: false")
+	if cfg.Role != config.RoleNode {
+		caps, err := csi.NewControllerClient(conn).ControllerGetCapabilities(ctx, &csi.ControllerGetCapabilitiesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		publish := false
+		for _, c := range caps.Capabilities {
+			publish = publish || c.GetRpc().GetType() == csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME
+		}
+		if publish != attach {
+			t.Errorf("PUBLISH_UNPUBLISH_VOLUME advertised %v, the layout's CSIDriver has attachRequired: %v", publish, attach)
 		}
 	}
 
