@@ -22,12 +22,16 @@
 #
 #   bash .ci/nomad/test.sh            (or: make test-nomad)
 #   NOMAD_BACKENDS=loopfile bash .ci/nomad/test.sh
+#   NOMAD_STEPS="create write-read" bash .ci/nomad/test.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
 GO=${GO:-go}
 export NOMAD_VERSION=${NOMAD_VERSION:-1.11.3}
 backends=${NOMAD_BACKENDS:-"localdir loopfile"}
+# NOMAD_STEPS="create write-read" runs only those steps (later steps need
+# the earlier ones' volumes).
+only=${NOMAD_STEPS:-}
 port=${NOMAD_TIER_PORT:-24646}
 t0=$(date +%s)
 
@@ -45,12 +49,12 @@ if ! "$GO" mod download -json "github.com/hashicorp/nomad@v$NOMAD_VERSION" >/dev
 	say "skipped: the Go module proxy does not serve github.com/hashicorp/nomad@v$NOMAD_VERSION"
 	exit 0
 fi
-for tool in jq losetup findmnt; do
+for tool in jq losetup findmnt mountpoint ldd; do
 	command -v "$tool" >/dev/null || { say "skipped: $tool is not installed"; exit 0; }
 done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/wasmcsi-nomad.XXXXXX")
-logs=$repo/bin/nomad-tier
+logs=${NOMAD_TIER_LOGS:-$repo/bin/nomad-tier}
 rm -rf "$logs"
 mkdir -p "$logs" "$work/jobs" "$work/vars"
 ndata=$work/nomad
@@ -69,6 +73,10 @@ say "make build"
 make -s build GO="$GO" || { say "FAILED: make build"; exit 1; }
 wait "$builder" || { say "FAILED: nomad build:"; tail -20 "$logs/build.log"; exit 1; }
 nomad=$(cat "$work/nomad.path")
+# The plugin runs copies: a rebuild of bin/ during the run changes nothing.
+mkdir -p "$work/bin/modules"
+cp bin/wasmcsi "$work/bin/"
+cp bin/modules/*.wasm "$work/bin/modules/"
 t_built=$(date +%s)
 say "built in $((t_built - t0)) s: $nomad"
 
@@ -103,7 +111,7 @@ procs_of_work() {
 daemon_pid() {
 	local p
 	for p in /proc/[0-9]*; do
-		[ "$(readlink "$p/exe" 2>/dev/null)" = "$repo/bin/wasmcsi" ] || continue
+		[ "$(readlink "$p/exe" 2>/dev/null)" = "$work/bin/wasmcsi" ] || continue
 		tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF "$ndata" && echo "${p#/proc/}"
 	done
 }
@@ -161,6 +169,22 @@ waitfor() {
 	return 1
 }
 
+# The consumers' root: only the tools their scripts use, with the
+# libraries ldd names. The exec driver links or copies the client's
+# chroot_env into every task's folder; its default (all of /usr, /lib,
+# /etc, ...) took ~30 s per consumer here, the larger part of each step.
+chroot=$work/chroot
+mkdir -p "$chroot/bin"
+for tool in sh cat cut df ls md5sum mkdir seq sleep sync tail; do
+	p=$(command -v "$tool") || { say "FAILED: $tool, which the consumers use, is not installed"; exit 1; }
+	cp -L "$p" "$chroot/bin/$tool"
+	for lib in $(ldd "$p" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'); do
+		mkdir -p "$chroot$(dirname "$lib")"
+		cp -Ln "$lib" "$chroot$lib"
+	done
+done
+chroot_env=$(for d in "$chroot"/*; do printf '    "%s" = "/%s"\n' "$d" "${d##*/}"; done)
+
 cat >"$work/agent.hcl" <<EOF
 name      = "$node"
 data_dir  = "$ndata"
@@ -173,6 +197,9 @@ ports {
 client {
   options = {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+  chroot_env {
+$chroot_env
   }
 }
 plugin "raw_exec" {
@@ -188,8 +215,8 @@ node_ready() { [ "$(api /v1/nodes | jq -r '.[0].Status')" = ready ]; }
 waitfor 120 "the client to be ready" node_ready || { tail -20 "$logs/agent.log"; exit 1; }
 
 # The plugin, exactly as deploy/nomad ships it, with this tree's binaries.
-plugin_vars=(-var "node=$node" -var "nomad_data_dir=$ndata" -var "wasmcsi=$repo/bin/wasmcsi"
-	-var "module_dir=$repo/bin/modules" -var "root=$root")
+plugin_vars=(-var "node=$node" -var "nomad_data_dir=$ndata" -var "wasmcsi=$work/bin/wasmcsi"
+	-var "module_dir=$work/bin/modules" -var "root=$root")
 plugin_healthy() {
 	api "/v1/plugin/csi/$plugin" | jq -e '.ControllersHealthy == 1 and .NodesHealthy == 1' >/dev/null
 }
@@ -331,6 +358,18 @@ pubpath() {
 }
 mounted_vol() { grep -F "/$1/" /proc/self/mountinfo | grep -qF "$ndata/client/csi/monolith/$plugin/"; }
 not_mounted_vol() { ! mounted_vol "$1"; }
+# no_loop_of VOLUME: no loop device is attached to VOLUME's backing file.
+no_loop_of() {
+	local id l
+	id=$(api "/v1/volume/csi/$1" | jq -r .ExternalID)
+	id=${id#*:}
+	for l in $(loops_on_work); do
+		if grep -qF "/$id" "/sys/block/${l#/dev/}/loop/backing_file"; then
+			echo "loop device $l still attached to $1"
+			return 1
+		fi
+	done
+}
 fs_size() { df -B1 --output=size "$1" | tail -1 | tr -d ' '; }
 vol_capacity() { api "/v1/volume/csi/$1" | jq -r '.Capacity'; }
 
@@ -341,6 +380,9 @@ failed=0
 # step BACKEND NAME FUNCTION: runs FUNCTION with errexit, records the result.
 step() {
 	local b=$1 name=$2 fn=$3 s rc
+	if [ -n "$only" ] && [[ " $only " != *" $name "* ]]; then
+		return 0
+	fi
 	s=$(date +%s)
 	say "[$b] $name"
 	(set -e; "$fn" "$b") >"$logs/$b-$name.log" 2>&1
@@ -476,7 +518,7 @@ s_kill9() {
 	service "k-$1" "v-$1" 'i=0; while :; do i=$((i+1)); echo $i >> /data/counter; sleep 0.5; done'
 	p=$(pubpath "v-$1" "k-$1")
 	pid=$(daemon_pid)
-	[ -n "$pid" ]
+	[ -n "$pid" ] || { echo "no daemon of this agent's plugin is running"; exit 1; }
 	echo "kill -9 $pid"
 	kill -KILL "$pid"
 	newpid() { q=$(daemon_pid); [ -n "$q" ] && [ "$q" != "$pid" ]; }
@@ -492,22 +534,42 @@ s_kill9() {
 	waitfor 60 "v-$1 unmounted" not_mounted_vol "v-$1"
 }
 
+# The plugin stops while a consumer runs, the consumer stops, the plugin
+# comes back. The Nomad client cannot unmount while the plugin is away; it
+# retries (backoff doubling to 1 min, for as long as the stopped
+# allocation exists on the client) and the server releases the claim at
+# once. So the publication and the stage must go once the plugin is back,
+# through Nomad's own retried NodeUnpublish and NodeUnstage, with nothing
+# done by hand, and the data must be there afterwards. The stopped job is
+# not purged before: a purge destroys the allocation and its retry with it
+# (deploy/README.md, "Nomad").
 s_plugin_restart() {
-	service "p-$1" "v-$1" 'while :; do sleep 1; done'
+	service "p-$1" "v-$1" 'echo written-before-the-plugin-stopped > /data/p-mark; sync; while :; do sleep 1; done'
+	p=$(pubpath "v-$1" "p-$1")
+	echo "published at $p"
+	[ -n "$p" ]
 	"$nomad" job stop -detach "$plugin" >/dev/null
 	plugin_gone() { [ -z "$(daemon_pid)" ]; }
 	waitfor 60 "the plugin to stop" plugin_gone
-	# Not purged yet: its allocation must stay visible until it stopped.
 	"$nomad" job stop -detach "p-$1" >/dev/null
 	waitfor 120 "p-$1 to stop" is_done "p-$1"
+	mountpoint -q "$p" || { echo "$p was unmounted while the plugin was down"; exit 1; }
 	start_plugin
-	waitfor 180 "v-$1 released after the plugin came back" unclaimed "v-$1"
-	waitfor 60 "v-$1 unmounted" not_mounted_vol "v-$1"
-	"$nomad" job stop -purge -detach "p-$1" >/dev/null
-	# The volume is usable again.
-	out=$(batch "pr-$1" "v-$1" 'cat /data/hello')
-	[ "$out" = after ]
+	# One retry interval (at most 1 min) after the plugin is healthy.
+	target_gone() { ! mountpoint -q "$p"; }
+	waitfor 150 "Nomad's retried unpublish of $p" target_gone
+	waitfor 60 "v-$1 unstaged" not_mounted_vol "v-$1"
 	waitfor 120 "v-$1 released" unclaimed "v-$1"
+	"$nomad" job stop -purge -detach "p-$1" >/dev/null
+	no_loop_of "v-$1"
+	# The volume is usable again and holds what was written before.
+	out=$(batch "pr-$1" "v-$1" 'cat /data/hello /data/p-mark')
+	echo "$out"
+	[ "$out" = "after
+written-before-the-plugin-stopped" ]
+	waitfor 120 "v-$1 released" unclaimed "v-$1"
+	waitfor 60 "v-$1 unmounted" not_mounted_vol "v-$1"
+	no_loop_of "v-$1"
 }
 
 s_delete() {
@@ -532,6 +594,13 @@ s_nothing_left() {
 	left=$(find "$root/pools/$1" -mindepth 1 -maxdepth 1 ! -name '.*' | head)
 	[ -z "$left" ] || { echo "pool entries left: $left"; exit 1; }
 	echo "pool $root/pools/$1: $(find "$root/pools/$1" -mindepth 1 | wc -l) entries (hidden bookkeeping only)"
+	# The job grants dmthin too; without device-mapper it is refused
+	# before it creates its pool files or attaches them.
+	if [ ! -e /sys/class/misc/device-mapper ] && [ -d "$root/pools/dmthin" ]; then
+		left=$(find "$root/pools/dmthin" -mindepth 1 | head)
+		[ -z "$left" ] || { echo "dmthin, refused without device-mapper, left: $left"; exit 1; }
+		echo "pool $root/pools/dmthin: empty (no device-mapper here)"
+	fi
 }
 
 for b in $backends; do
