@@ -101,7 +101,7 @@ func TestModuleIDTakenRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id := first.GetVolume().GetVolumeId(); id != "liar:shared" {
+	if id := first.GetVolume().GetVolumeId(); id != "liar@test-node:shared" {
 		t.Fatalf("volume ID %q, want liar:shared", id)
 	}
 	if _, err := create("other"); err != nil {
@@ -109,44 +109,44 @@ func TestModuleIDTakenRefused(t *testing.T) {
 	}
 	for range 2 { // a retry meets the same lie and the same answer
 		_, err := create("shared+b")
-		wantCode(t, err, codes.Internal, `backend "liar"`, `"liar:shared"`, `"shared+a"`, "nothing was recorded or deleted")
+		wantCode(t, err, codes.Internal, `backend "liar"`, `"liar@test-node:shared"`, `"shared+a"`, "nothing was recorded or deleted")
 	}
-	if got := volumes(); !slices.Equal(got, []string{"liar:other", "liar:shared"}) {
+	if got := volumes(); !slices.Equal(got, []string{"liar@test-node:other", "liar@test-node:shared"}) {
 		t.Errorf("volumes after the refused creates: %v", got)
 	}
-	if again, err := create("shared+a"); err != nil || again.GetVolume().GetVolumeId() != "liar:shared" {
+	if again, err := create("shared+a"); err != nil || again.GetVolume().GetVolumeId() != "liar@test-node:shared" {
 		t.Errorf("repeat of shared+a after the refusal: %v, %v", again, err)
 	}
 
-	snap, err := ctrl.CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "snap+1", SourceVolumeId: "liar:shared"})
-	if err != nil || snap.GetSnapshot().GetSnapshotId() != "liar:snap" {
+	snap, err := ctrl.CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "snap+1", SourceVolumeId: "liar@test-node:shared"})
+	if err != nil || snap.GetSnapshot().GetSnapshotId() != "liar@test-node:snap" {
 		t.Fatalf("CreateSnapshot snap+1: %v, %v", snap, err)
 	}
-	_, err = ctrl.CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "snap+2", SourceVolumeId: "liar:other"})
-	wantCode(t, err, codes.Internal, `backend "liar"`, `"liar:snap"`, `"snap+1"`)
-	got, err := ctrl.GetSnapshot(callCtx(t), &csi.GetSnapshotRequest{SnapshotId: "liar:snap"})
-	if err != nil || got.GetSnapshot().GetSourceVolumeId() != "liar:shared" {
+	_, err = ctrl.CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "snap+2", SourceVolumeId: "liar@test-node:other"})
+	wantCode(t, err, codes.Internal, `backend "liar"`, `"liar@test-node:snap"`, `"snap+1"`)
+	got, err := ctrl.GetSnapshot(callCtx(t), &csi.GetSnapshotRequest{SnapshotId: "liar@test-node:snap"})
+	if err != nil || got.GetSnapshot().GetSourceVolumeId() != "liar@test-node:shared" {
 		t.Errorf("snapshot liar:snap after the refusal: %v, %v", got, err)
 	}
 
 	// A group member that collides with a recorded snapshot: nothing made,
 	// nothing deleted.
-	_, err = group.CreateVolumeGroupSnapshot(callCtx(t), &csi.CreateVolumeGroupSnapshotRequest{Name: "snap+g", SourceVolumeIds: []string{"liar:other"}})
-	wantCode(t, err, codes.Internal, `"liar:snap"`)
+	_, err = group.CreateVolumeGroupSnapshot(callCtx(t), &csi.CreateVolumeGroupSnapshotRequest{Name: "snap+g", SourceVolumeIds: []string{"liar@test-node:other"}})
+	wantCode(t, err, codes.Internal, `"liar@test-node:snap"`)
 	if dels := n.take(); len(dels) != 0 {
 		t.Fatalf("the host asked the module to delete %v after refusing its answers", dels)
 	}
 	// Two members of one group given one ID: the second is refused and the
 	// first, which this call made, is taken back.
-	_, err = group.CreateVolumeGroupSnapshot(callCtx(t), &csi.CreateVolumeGroupSnapshotRequest{Name: "g+x", SourceVolumeIds: []string{"liar:other", "liar:shared"}})
-	wantCode(t, err, codes.Internal, `"liar:g"`)
+	_, err = group.CreateVolumeGroupSnapshot(callCtx(t), &csi.CreateVolumeGroupSnapshotRequest{Name: "g+x", SourceVolumeIds: []string{"liar@test-node:other", "liar@test-node:shared"}})
+	wantCode(t, err, codes.Internal, `"liar@test-node:g"`)
 	if dels := n.take(); !slices.Equal(dels, []string{"g"}) {
 		t.Errorf("deletes after the refused group: %v, want [g] (the member this call made)", dels)
 	}
-	if got := snapshots(); !slices.Equal(got, []string{"liar:snap"}) {
+	if got := snapshots(); !slices.Equal(got, []string{"liar@test-node:snap"}) {
 		t.Errorf("snapshots after the refused group: %v", got)
 	}
-	if got := volumes(); !slices.Equal(got, []string{"liar:other", "liar:shared"}) {
+	if got := volumes(); !slices.Equal(got, []string{"liar@test-node:other", "liar@test-node:shared"}) {
 		t.Errorf("volumes at the end: %v", got)
 	}
 }
@@ -159,7 +159,7 @@ func TestModuleIDTakenRefused(t *testing.T) {
 func TestModuleIDsChecked(t *testing.T) {
 	d, _ := startLiar(t)
 	ctrl := d.controller()
-	longest := strings.Repeat("x", 128-len("liar:"))
+	longest := strings.Repeat("x", 128-len("liar@test-node:"))
 	for _, c := range []struct {
 		name string
 		ok   bool
@@ -311,19 +311,19 @@ func TestEphemeralIDTakenRefused(t *testing.T) {
 	d, n := startLiar(t)
 	ctrl := d.controller()
 	vol, err := ctrl.CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Name: "ephemeral-x+a", VolumeCapabilities: rwCaps()})
-	if err != nil || vol.GetVolume().GetVolumeId() != "liar:ephemeral-x" {
+	if err != nil || vol.GetVolume().GetVolumeId() != "liar@test-node:ephemeral-x" {
 		t.Fatalf("CreateVolume ephemeral-x+a: %v, %v", vol, err)
 	}
 	target := filepath.Join(t.TempDir(), "target")
 	for range 2 { // a retry meets the same lie and the same answer
 		_, err = d.node().NodePublishVolume(callCtx(t), ephemeralRequest("x+b", target, "", nil))
-		wantCode(t, err, codes.Internal, `backend "liar"`, `"liar:ephemeral-x"`, `"ephemeral-x+b"`, `"ephemeral-x+a"`, "nothing was recorded or deleted")
+		wantCode(t, err, codes.Internal, `backend "liar"`, `"liar@test-node:ephemeral-x"`, `"ephemeral-x+b"`, `"ephemeral-x+a"`, "nothing was recorded or deleted")
 	}
 	if dels := n.take(); len(dels) != 0 {
 		t.Fatalf("the host asked the module to delete %v after refusing its answer", dels)
 	}
 	got, err := ctrl.ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
-	if err != nil || len(got.GetEntries()) != 1 || got.GetEntries()[0].GetVolume().GetVolumeId() != "liar:ephemeral-x" {
+	if err != nil || len(got.GetEntries()) != 1 || got.GetEntries()[0].GetVolume().GetVolumeId() != "liar@test-node:ephemeral-x" {
 		t.Errorf("volumes after the refused inline volume: %v, %v", got, err)
 	}
 }

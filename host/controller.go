@@ -41,7 +41,7 @@ func (s *Server) lock(keys ...string) (func(), error) {
 // backendFor resolves the backend named in an ID. ok is false when the ID is
 // not one of ours or its backend is not loaded.
 func (s *Server) backendFor(id string) (*backend, string, bool) {
-	name, local, ok := splitID(id)
+	name, _, local, ok := splitID(id)
 	if !ok {
 		return nil, "", false
 	}
@@ -188,7 +188,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		}
 		sn, err := s.store.GetSnapshot(srcSnap)
 		if err != nil {
-			return nil, notFoundOr(err, "snapshot %q", srcSnap)
+			return nil, s.sourceAbsent(err, "snapshot", srcSnap)
 		}
 		if sn.Backend != b.name {
 			return nil, errf(codes.InvalidArgument, "snapshot %q belongs to backend %q, not %q", srcSnap, sn.Backend, b.name)
@@ -206,7 +206,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		}
 		v, err := s.store.GetVolume(srcVol)
 		if err != nil {
-			return nil, notFoundOr(err, "volume %q", srcVol)
+			return nil, s.sourceAbsent(err, "volume", srcVol)
 		}
 		if v.Backend != b.name {
 			return nil, errf(codes.InvalidArgument, "volume %q belongs to backend %q, not %q", srcVol, v.Backend, b.name)
@@ -225,14 +225,15 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err := b.call(ctx, abi.OpCreateVolume, &mreq, &resp); err != nil {
 		return nil, err
 	}
-	if err := checkCreatedVolume(b.name, &resp); err != nil {
+	tag := s.tagFor(b)
+	if err := checkCreatedVolume(b.name, tag, &resp); err != nil {
 		return nil, err
 	}
 	if resp.CapacityBytes < size || (limit > 0 && resp.CapacityBytes > limit) {
 		return nil, errf(codes.Internal, "backend %q provisioned %d bytes for a request of %d..%d", b.name, resp.CapacityBytes, size, limit)
 	}
 	v := state.Volume{
-		ID: makeID(b.name, resp.LocalID), Name: name, Backend: b.name, LocalID: resp.LocalID,
+		ID: tag.id(b.name, resp.LocalID), Name: name, Backend: b.name, LocalID: resp.LocalID,
 		CapacityBytes: resp.CapacityBytes, Parameters: params, Context: resp.Context,
 		Capabilities: stateCaps(caps), SourceSnapshotID: srcSnap, SourceVolumeID: srcVol,
 		CreatedAt: time.Now().UTC(), MutableParameters: mutable,
@@ -240,7 +241,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	for _, t := range resp.Topology {
 		v.Topology = append(v.Topology, t.Segments)
 	}
-	if err := s.checkVolumeIDFree(b.name, v.ID, name, false); err != nil {
+	if err := s.checkVolumeIDFree(b.name, resp.LocalID, name, false); err != nil {
 		return nil, err
 	}
 	if err := s.store.InsertVolume(v); errors.Is(err, state.ErrIDTaken) {
@@ -255,9 +256,10 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 }
 
 // checkCreatedVolume checks a create_volume answer before anything of it
-// is recorded: its local ID, its volume_context and its topology.
-func checkCreatedVolume(backend string, resp *abi.CreateVolumeResponse) error {
-	if err := checkLocalID(backend, "volume", resp.LocalID); err != nil {
+// is recorded: its local ID (with the node tag its ID gets, nil for none),
+// its volume_context and its topology.
+func checkCreatedVolume(backend string, tag *nodeTag, resp *abi.CreateVolumeResponse) error {
+	if err := checkLocalID(backend, tag, "volume", resp.LocalID); err != nil {
 		return err
 	}
 	if err := checkContext(backend, "volume_context", resp.Context); err != nil {
@@ -271,28 +273,34 @@ func checkCreatedVolume(backend string, resp *abi.CreateVolumeResponse) error {
 	return nil
 }
 
-// checkVolumeIDFree refuses (idTaken) a volume ID a module answered for
-// the create_volume name name when a record of another volume holds it: a
-// volume record, or an inline ephemeral volume's (inline says which kind
-// name is). A volume record's name and an inline volume's create_volume
-// name live in different namespaces, so a record of the other kind holds
-// the ID for another volume whatever its name. CreateVolume and the
-// ephemeral inline volumes both check here; InsertVolume checks volume
-// records again in its transaction.
-func (s *Server) checkVolumeIDFree(backend, id, name string, inline bool) error {
-	holder, holderInline := "", false
-	if v, err := s.store.GetVolume(id); err == nil {
-		holder = v.Name
-	} else if !errors.Is(err, state.ErrNotFound) {
-		return err
-	} else {
+// checkVolumeIDFree refuses (idTaken) a volume local ID a module answered
+// for the create_volume name name when a record of another volume holds
+// it: a volume record, or an inline ephemeral volume's (inline says which
+// kind name is), under any spelling of its ID on this node (idSpellings).
+// A volume record's name and an inline volume's create_volume name live
+// in different namespaces, so a record of the other kind holds the ID for
+// another volume whatever its name. CreateVolume and the ephemeral inline
+// volumes both check here; InsertVolume checks volume records again in
+// its transaction (for the spelling it records).
+func (s *Server) checkVolumeIDFree(backend, local, name string, inline bool) error {
+	spellings := s.idSpellings(backend, local)
+	holder, holderID, holderInline := "", "", false
+	for _, id := range spellings {
+		if v, err := s.store.GetVolume(id); err == nil {
+			holder, holderID = v.Name, id
+			break
+		} else if !errors.Is(err, state.ErrNotFound) {
+			return err
+		}
+	}
+	if holder == "" {
 		recs, err := s.store.ListEphemerals()
 		if err != nil {
 			return err
 		}
 		for _, e := range recs {
-			if e.VolumeID == id {
-				holder, holderInline = e.Name, true
+			if slices.Contains(spellings, e.VolumeID) {
+				holder, holderID, holderInline = e.Name, e.VolumeID, true
 				break
 			}
 		}
@@ -300,7 +308,19 @@ func (s *Server) checkVolumeIDFree(backend, id, name string, inline bool) error 
 	if holder == "" || (holder == name && holderInline == inline) {
 		return nil
 	}
-	return s.idTaken(backend, "volume", id, name, func() (string, error) { return holder, nil })
+	return s.idTaken(backend, "volume", holderID, name, func() (string, error) { return holder, nil })
+}
+
+// idSpellings are the IDs a backend's local ID can have on this node:
+// untagged, and tagged with either form of this node's tag. They name the
+// same storage, so one of them recorded for another name makes the local
+// ID taken (records made before IDs were tagged, or in another role).
+func (s *Server) idSpellings(backend, local string) []string {
+	out := []string{makeID(backend, "", local), makeID(backend, s.tag.hashed, local)}
+	if s.tag.readable != "" {
+		out = append(out, makeID(backend, s.tag.readable, local))
+	}
+	return out
 }
 
 // idTaken answers a create whose module returned, for a new name, an ID
@@ -421,6 +441,11 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	defer unlock()
 	v, err := s.store.GetVolume(id)
 	if errors.Is(err, state.ErrNotFound) {
+		// Success only for a volume that does not exist: one another
+		// node's daemon made is not gone because this one lacks it.
+		if err := s.elsewhere(codes.FailedPrecondition, "volume", id); err != nil {
+			return nil, err
+		}
 		return &csi.DeleteVolumeResponse{}, nil
 	} else if err != nil {
 		return nil, err
@@ -466,7 +491,7 @@ func (s *Server) ControllerPublishVolume(ctx context.Context, req *csi.Controlle
 	defer unlock()
 	v, err := s.store.GetVolume(id)
 	if err != nil {
-		return nil, notFoundOr(err, "volume %q", id)
+		return nil, s.absent(err, "volume", id)
 	}
 	nodeName, nodeCtx, ok := parseNodeID(nodeID)
 	if !ok {
@@ -544,6 +569,9 @@ func (s *Server) ControllerUnpublishVolume(ctx context.Context, req *csi.Control
 	defer unlock()
 	v, err := s.store.GetVolume(id)
 	if errors.Is(err, state.ErrNotFound) {
+		if err := s.elsewhere(codes.FailedPrecondition, "volume", id); err != nil {
+			return nil, err
+		}
 		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	} else if err != nil {
 		return nil, err
@@ -587,7 +615,7 @@ func (s *Server) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valida
 	}
 	v, err := s.store.GetVolume(id)
 	if err != nil {
-		return nil, notFoundOr(err, "volume %q", id)
+		return nil, s.absent(err, "volume", id)
 	}
 	b, ok := s.backends.Load().get(v.Backend)
 	if !ok {
@@ -674,7 +702,7 @@ func (s *Server) ControllerGetVolume(ctx context.Context, req *csi.ControllerGet
 	}
 	v, err := s.store.GetVolume(id)
 	if err != nil {
-		return nil, notFoundOr(err, "volume %q", id)
+		return nil, s.absent(err, "volume", id)
 	}
 	return &csi.ControllerGetVolumeResponse{
 		Volume: csiVolume(&v),
@@ -892,7 +920,7 @@ func (s *Server) lockVolume(id string) (state.Volume, *backend, func(), error) {
 	v, err := s.store.GetVolume(id)
 	if err != nil {
 		unlock()
-		return state.Volume{}, nil, nil, notFoundOr(err, "volume %q", id)
+		return state.Volume{}, nil, nil, s.absent(err, "volume", id)
 	}
 	b, ok := s.backends.Load().get(v.Backend)
 	if !ok {

@@ -56,6 +56,8 @@ type daemonOptions struct {
 	// roots beside the pool folder, which is always the first root.
 	extraRoots []string
 	role       string
+	// nodeID, when set, is the daemon's node_id instead of "test-node".
+	nodeID string
 	// pool, when set, is the first module's pool folder instead of a new
 	// one (a node daemon serving the volumes of a controller daemon).
 	pool string
@@ -95,6 +97,9 @@ func startDaemon(t testing.TB, o daemonOptions) *daemon {
 	cfg.ModuleDir = filepath.Join(dir, "modules")
 	cfg.CacheDir = filepath.Join(os.TempDir(), "wasmcsi-test-cache")
 	cfg.NodeID = "test-node"
+	if o.nodeID != "" {
+		cfg.NodeID = o.nodeID
+	}
 	cfg.DefaultBackend = o.backend
 	cfg.WatchModules = false
 	if o.role != "" {

@@ -234,7 +234,7 @@ func (s *Server) createEphemeral(ctx context.Context, b *backend, rec *state.Eph
 	if err := b.call(ctx, abi.OpCreateVolume, &mreq, &resp); err != nil {
 		return err
 	}
-	if err := checkCreatedVolume(b.name, &resp); err != nil {
+	if err := checkCreatedVolume(b.name, nil, &resp); err != nil {
 		return err
 	}
 	if resp.CapacityBytes < rec.RequiredBytes {
@@ -242,10 +242,10 @@ func (s *Server) createEphemeral(ctx context.Context, b *backend, rec *state.Eph
 	}
 	// Deleting through an ID another record holds, as the undo of a failed
 	// publish or the teardown would, destroys that volume.
-	if err := s.checkVolumeIDFree(b.name, makeID(b.name, resp.LocalID), rec.Name, true); err != nil {
+	if err := s.checkVolumeIDFree(b.name, resp.LocalID, rec.Name, true); err != nil {
 		return err
 	}
-	rec.VolumeID, rec.CapacityBytes, rec.Context = makeID(b.name, resp.LocalID), resp.CapacityBytes, resp.Context
+	rec.VolumeID, rec.CapacityBytes, rec.Context = makeID(b.name, "", resp.LocalID), resp.CapacityBytes, resp.Context
 	return nil
 }
 
@@ -338,7 +338,7 @@ func (s *Server) teardownEphemeral(ctx context.Context, rec *state.Ephemeral) er
 	} else if err := s.unstageUnrecorded(ctx, b, rec.VolumeID, rec.Context); err != nil {
 		return err
 	}
-	_, local, _ := splitID(rec.VolumeID)
+	_, _, local, _ := splitID(rec.VolumeID)
 	mreq := abi.DeleteVolumeRequest{Volume: abi.VolumeRef{LocalID: local, Context: rec.Context, CapacityBytes: rec.CapacityBytes}}
 	if err := b.call(ctx, abi.OpDeleteVolume, &mreq, &abi.Empty{}); err != nil && abi.CodeOf(err) != abi.NotFound {
 		return err

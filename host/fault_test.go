@@ -93,10 +93,11 @@ func TestFaultyBackendIsolated(t *testing.T) {
 			}
 			// The faulty backend serves again, on a fresh instance.
 			good := fmt.Sprintf("good-%d", i)
-			if _, err := d.controller().CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Name: good, Parameters: fault, VolumeCapabilities: rwCaps()}); err != nil {
+			made, err := d.controller().CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Name: good, Parameters: fault, VolumeCapabilities: rwCaps()})
+			if err != nil {
 				t.Fatalf("fault backend after %s: %v", c.name, err)
 			}
-			if _, err := d.controller().DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: "fault:" + good}); err != nil {
+			if _, err := d.controller().DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: made.GetVolume().GetVolumeId()}); err != nil {
 				t.Fatal(err)
 			}
 			// And localdir made progress meanwhile.

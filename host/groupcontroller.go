@@ -79,7 +79,7 @@ func (s *Server) CreateVolumeGroupSnapshot(ctx context.Context, req *csi.CreateV
 	vols := make([]state.Volume, len(srcs))
 	for i, v := range srcs {
 		if vols[i], err = s.store.GetVolume(v); err != nil {
-			return nil, notFoundOr(err, "volume %q", v)
+			return nil, s.absent(err, "volume", v)
 		}
 		b, ok := s.backends.Load().get(vols[i].Backend)
 		if !ok {
@@ -315,6 +315,9 @@ func (s *Server) DeleteVolumeGroupSnapshot(ctx context.Context, req *csi.DeleteV
 	}
 	g, err := s.store.GetGroup(id)
 	if errors.Is(err, state.ErrNotFound) {
+		if err := s.groupElsewhere(id, req.GetSnapshotIds()); err != nil {
+			return nil, err
+		}
 		return &csi.DeleteVolumeGroupSnapshotResponse{}, nil
 	} else if err != nil {
 		return nil, err
@@ -358,6 +361,11 @@ func (s *Server) GetVolumeGroupSnapshot(ctx context.Context, req *csi.GetVolumeG
 		return nil, errf(codes.InvalidArgument, "group_snapshot_id missing")
 	}
 	g, err := s.store.GetGroup(id)
+	if errors.Is(err, state.ErrNotFound) {
+		if err := s.groupElsewhere(id, req.GetSnapshotIds()); err != nil {
+			return nil, err
+		}
+	}
 	if err != nil {
 		return nil, notFoundOr(err, "group snapshot %q", id)
 	}
@@ -369,4 +377,19 @@ func (s *Server) GetVolumeGroupSnapshot(ctx context.Context, req *csi.GetVolumeG
 		return nil, err
 	}
 	return &csi.GetVolumeGroupSnapshotResponse{GroupSnapshot: gs}, nil
+}
+
+// groupElsewhere answers a call on a group snapshot this daemon holds no
+// record of: group IDs are the host's and name no node, but its members'
+// IDs do, and a group of another node's volumes is recorded by that
+// node's daemon (FAILED_PRECONDITION, as elsewhere). nil when no member
+// names another node.
+func (s *Server) groupElsewhere(id string, members []string) error {
+	for _, sid := range members {
+		if owner := s.owner(sid); owner != "" {
+			return errf(codes.FailedPrecondition, "group snapshot %q of snapshot %q was made by the wasmcsi daemon of %s, which alone holds its records; this is node %q: send its calls to the plugin on that node (see deploy/README.md)",
+				id, sid, owner, s.cfg.NodeID)
+		}
+	}
+	return nil
 }

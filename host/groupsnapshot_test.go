@@ -245,7 +245,8 @@ func memberOf(t *testing.T, g *csi.VolumeGroupSnapshot, v *loopVolume) *csi.Snap
 func restoreRecords(t *testing.T, d *daemon, sn *csi.Snapshot, name string) []uint64 {
 	t.Helper()
 	ctx := callCtx(t)
-	backend, _, _ := strings.Cut(sn.GetSnapshotId(), ":")
+	head, _, _ := strings.Cut(sn.GetSnapshotId(), ":")
+	backend, _, _ := strings.Cut(head, "@") // without the node tag
 	vol := createVolume(t, d, &csi.CreateVolumeRequest{
 		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: loopfileVolumeBytes},
 		Parameters:          map[string]string{backendParam: backend},

@@ -57,7 +57,7 @@ func (s *Server) ControllerGetVolumeHealth(ctx context.Context, req *csi.Control
 	}
 	v, err := s.store.GetVolume(id)
 	if err != nil {
-		return nil, notFoundOr(err, "volume %q", id)
+		return nil, s.absent(err, "volume", id)
 	}
 	return &csi.ControllerGetVolumeHealthResponse{VolumeHealth: s.volumeHealth(ctx, id, abi.VolumeHealthRequest{Volume: volumeRef(&v)}, v.Backend)}, nil
 }

@@ -14,8 +14,14 @@ import (
 // Volume and snapshot IDs name their backend so that every call after
 // CreateVolume routes without a lookup: "<backend>:<local ID>". Backend
 // names are module file names ([a-z0-9][a-z0-9_-]*); local IDs are chosen by
-// the module and checked by the host (checkLocalID).
-const idSeparator = ":"
+// the module and checked by the host (checkLocalID). An ID a daemon of role
+// all made for a node-local backend also names that daemon's node, the
+// only one holding its records: "<backend>@<node tag>:<local ID>"
+// (RATIONALE.md, "Node-local volumes across nodes").
+const (
+	idSeparator  = ":"
+	tagSeparator = "@"
+)
 
 // CSI's size limits for what the plugin hands the CO: 128 bytes for any
 // string (volume, snapshot and group snapshot IDs), 256 for node_id.
@@ -28,6 +34,11 @@ const (
 	maxMapLen = 4 << 10
 	// maxTopologyPart bounds a topology key's prefix, its name, and a value.
 	maxTopologyPart = 63
+	// maxReadableTag bounds a node name used as an ID's node tag as it is.
+	maxReadableTag = 63
+	// hashedTagLen is the length of a node tag made from a digest: "_"
+	// and 64 bits of the node name's SHA-256 in hex.
+	hashedTagLen = 1 + 16
 )
 
 var (
@@ -36,22 +47,65 @@ var (
 	// a hidden name or an option ("-x") when a module uses it as a path
 	// element or a program argument; it never holds a "/".
 	localIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+	// A node tag is a node name of the local ID's characters, or "_" and
+	// a digest, which no node name used as it is can equal.
+	nodeTagRE = regexp.MustCompile(`^([A-Za-z0-9][A-Za-z0-9._-]{0,62}|_[0-9a-f]{16})$`)
 	// CSI's topology rules: a key is an optional DNS-style prefix, "/",
 	// and a name; a name and a value begin and end with an alphanumeric.
 	topologyNameRE   = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$`)
 	topologyPrefixRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$`)
 )
 
-func makeID(backend, local string) string { return backend + idSeparator + local }
+// makeID joins a backend, a node tag ("" for none) and a local ID.
+func makeID(backend, tag, local string) string {
+	if tag == "" {
+		return backend + idSeparator + local
+	}
+	return backend + tagSeparator + tag + idSeparator + local
+}
+
+// nodeTag is the two forms a node's tag can take in an ID: the node name
+// as it is, when its characters and length allow (else ""), and a digest
+// of it. An ID takes the readable form when it fits CSI's 128 bytes, else
+// the digest, so a long node name costs a module at most hashedTagLen+1
+// bytes of its local ID.
+type nodeTag struct{ readable, hashed string }
+
+func newNodeTag(node string) nodeTag {
+	var t nodeTag
+	if len(node) <= maxReadableTag && localIDRE.MatchString(node) {
+		t.readable = node
+	}
+	sum := sha256.Sum256([]byte(node))
+	t.hashed = "_" + hex.EncodeToString(sum[:(hashedTagLen-1)/2])
+	return t
+}
+
+// is reports whether tag names this node.
+func (t nodeTag) is(tag string) bool { return tag != "" && (tag == t.readable || tag == t.hashed) }
+
+// id makes the ID of a new volume or snapshot: tagged with the node when
+// tag is set, in the first form that fits CSI's 128 bytes.
+func (t *nodeTag) id(backend, local string) string {
+	if t == nil {
+		return makeID(backend, "", local)
+	}
+	if id := makeID(backend, t.readable, local); t.readable != "" && len(id) <= maxIDLen {
+		return id
+	}
+	return makeID(backend, t.hashed, local)
+}
 
 // checkLocalID checks a local ID a module answered for a new volume or
-// snapshot: its characters, and that the whole ID fits CSI's 128 bytes.
-func checkLocalID(backend, what, local string) error {
+// snapshot: its characters, and that the whole ID, with the node tag the
+// daemon adds (tag, nil for none), fits CSI's 128 bytes.
+func checkLocalID(backend string, tag *nodeTag, what, local string) error {
 	switch {
 	case !localIDRE.MatchString(local):
 		return errf(codes.Internal, "backend %q answered an invalid %s local ID %q: want %s", backend, what, truncate(local, 200), localIDRE)
-	case len(makeID(backend, local)) > maxIDLen:
-		return errf(codes.Internal, "backend %q answered a %s local ID of %d bytes: %q is longer than CSI's %d bytes", backend, what, len(local), truncate(makeID(backend, local), 200), maxIDLen)
+	case len(tag.id(backend, local)) > maxIDLen:
+		id := tag.id(backend, local)
+		return errf(codes.Internal, "backend %q answered a %s local ID of %d bytes: %q is longer than CSI's %d bytes", backend, what, len(local), truncate(id, 200), maxIDLen)
 	}
 	return nil
 }
@@ -106,12 +160,17 @@ func checkTopology(backend, field string, segs map[string]string) error {
 }
 
 // splitID parses an ID; ok is false for an ID wasmcsi cannot have issued.
-func splitID(id string) (backend, local string, ok bool) {
-	backend, local, ok = strings.Cut(id, idSeparator)
-	if !ok || len(id) > maxIDLen || !backendNameRE.MatchString(backend) || !localIDRE.MatchString(local) {
-		return "", "", false
+// tag is the node tag of a tagged ID, "" for an untagged one.
+func splitID(id string) (backend, tag, local string, ok bool) {
+	head, local, ok := strings.Cut(id, idSeparator)
+	if !ok || len(id) > maxIDLen || !localIDRE.MatchString(local) {
+		return "", "", "", false
 	}
-	return backend, local, true
+	backend, tag, tagged := strings.Cut(head, tagSeparator)
+	if !backendNameRE.MatchString(backend) || (tagged && !nodeTagRE.MatchString(tag)) {
+		return "", "", "", false
+	}
+	return backend, tag, local, true
 }
 
 // groupID is the ID of the group snapshot with the CO's name: readable

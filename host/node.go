@@ -37,7 +37,7 @@ func (s *Server) nodeBackend(id string) (*backend, error) {
 }
 
 func nodeVolumeRef(id string, volCtx map[string]string) abi.VolumeRef {
-	_, local, _ := splitID(id)
+	_, _, local, _ := splitID(id)
 	return abi.VolumeRef{LocalID: local, Context: volCtx}
 }
 
@@ -79,6 +79,9 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		}
 		return &csi.NodeStageVolumeResponse{}, nil
 	} else if !errors.Is(err, state.ErrNotFound) {
+		return nil, err
+	}
+	if err := s.notOnThisNode(b, id); err != nil {
 		return nil, err
 	}
 	if err := s.checkPublishedHere(id, req.GetPublishContext()); err != nil {
@@ -421,6 +424,11 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	defer unlock()
 	rec, err := s.store.GetStage(id)
+	if errors.Is(err, state.ErrNotFound) {
+		if err := s.notOnThisNode(b, id); err != nil {
+			return nil, err
+		}
+	}
 	if errors.Is(err, state.ErrNotFound) || (err == nil && rec.StagingPath != staging) {
 		return nil, errf(codes.FailedPrecondition, "volume %q is not staged at %q", id, staging)
 	} else if err != nil {
@@ -562,7 +570,7 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return &csi.NodeUnpublishVolumeResponse{}, nil
 	} else if !errors.Is(err, state.ErrNotFound) {
 		return nil, err
-	} else if _, _, ok := splitID(id); !ok {
+	} else if _, _, _, ok := splitID(id); !ok {
 		if err := s.unpublishGoneEphemeral(id, target); err != nil {
 			return nil, err
 		}

@@ -54,9 +54,11 @@ type Server struct {
 	locks    *keylock.Locks
 	infos    infoCache
 	backends atomic.Pointer[backendSet]
-	node     *nodeSteps
-	metrics  *metrics
-	ready    atomic.Bool
+	// tag is this node's tag in the IDs it makes (owner.go).
+	tag     nodeTag
+	node    *nodeSteps
+	metrics *metrics
+	ready   atomic.Bool
 }
 
 // Options are what New needs besides the configuration.
@@ -98,7 +100,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Server, error) 
 }
 
 func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.Logger, store *state.Store) (*Server, error) {
-	s := &Server{cfg: cfg, log: log, store: store, locks: keylock.New()}
+	s := &Server{cfg: cfg, log: log, store: store, locks: keylock.New(), tag: newNodeTag(cfg.NodeID)}
 	s.metrics = newMetrics(opt.Metrics)
 	s.node = newNodeSteps(log)
 	if store != nil {

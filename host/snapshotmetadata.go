@@ -52,7 +52,7 @@ func (src *snapshotSource) close() {
 func (s *Server) snapshotSource(ctx context.Context, id string) (*snapshotSource, error) {
 	sn, err := s.store.GetSnapshot(id)
 	if err != nil {
-		return nil, notFoundOr(err, "snapshot %q", id)
+		return nil, s.absent(err, "snapshot", id)
 	}
 	b, ok := s.backends.Load().get(sn.Backend)
 	if !ok {
@@ -236,11 +236,11 @@ func (s *Server) GetMetadataAllocated(req *csi.GetMetadataAllocatedRequest, stre
 func (s *Server) checkDeltaPair(baseID, targetID string) error {
 	base, err := s.store.GetSnapshot(baseID)
 	if err != nil {
-		return notFoundOr(err, "snapshot %q", baseID)
+		return s.absent(err, "snapshot", baseID)
 	}
 	target, err := s.store.GetSnapshot(targetID)
 	if err != nil {
-		return notFoundOr(err, "snapshot %q", targetID)
+		return s.absent(err, "snapshot", targetID)
 	}
 	switch {
 	case base.SourceVolumeID != target.SourceVolumeID:

@@ -71,7 +71,7 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 	}
 	v, err := s.store.GetVolume(src)
 	if err != nil {
-		return nil, notFoundOr(err, "volume %q", src)
+		return nil, s.absent(err, "volume", src)
 	}
 	b, ok := s.backends.Load().get(v.Backend)
 	if !ok {
@@ -82,7 +82,8 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 	if err := b.call(ctx, abi.OpCreateSnapshot, &mreq, &resp); err != nil {
 		return nil, err
 	}
-	if err := checkLocalID(b.name, "snapshot", resp.LocalID); err != nil {
+	tag := s.tagFor(b)
+	if err := checkLocalID(b.name, tag, "snapshot", resp.LocalID); err != nil {
 		return nil, err
 	}
 	if err := checkContext(b.name, "snapshot context", resp.Context); err != nil {
@@ -97,12 +98,21 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 		at = time.Now().UTC()
 	}
 	sn := state.Snapshot{
-		ID: makeID(b.name, resp.LocalID), Name: name, Backend: b.name, LocalID: resp.LocalID,
+		ID: tag.id(b.name, resp.LocalID), Name: name, Backend: b.name, LocalID: resp.LocalID,
 		SourceVolumeID: src, SizeBytes: resp.SizeBytes, Context: resp.Context,
 		CreatedAt: at, ReadyToUse: resp.ReadyToUse, GroupID: group,
 	}
 	for _, t := range resp.Topology {
 		sn.Topology = append(sn.Topology, t.Segments)
+	}
+	// InsertSnapshot refuses sn.ID recorded for another name; the other
+	// spellings of the ID name the same storage.
+	for _, id := range s.idSpellings(b.name, resp.LocalID) {
+		if old, err := s.store.GetSnapshot(id); err == nil && id != sn.ID && old.Name != name {
+			return nil, s.idTaken(b.name, "snapshot", id, name, func() (string, error) { return old.Name, nil })
+		} else if err != nil && !errors.Is(err, state.ErrNotFound) {
+			return nil, err
+		}
 	}
 	if err := s.store.InsertSnapshot(sn); errors.Is(err, state.ErrIDTaken) {
 		return nil, s.idTaken(b.name, "snapshot", sn.ID, name, func() (string, error) {
@@ -135,6 +145,9 @@ func (s *Server) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 	defer unlock()
 	sn, err := s.store.GetSnapshot(id)
 	if errors.Is(err, state.ErrNotFound) {
+		if err := s.elsewhere(codes.FailedPrecondition, "snapshot", id); err != nil {
+			return nil, err
+		}
 		return &csi.DeleteSnapshotResponse{}, nil
 	} else if err != nil {
 		return nil, err
@@ -177,7 +190,14 @@ func (s *Server) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 	}
 	if id := req.GetSnapshotId(); id != "" {
 		sn, err := s.store.GetSnapshot(id)
-		if errors.Is(err, state.ErrNotFound) || (err == nil && req.GetSourceVolumeId() != "" && sn.SourceVolumeID != req.GetSourceVolumeId()) {
+		if errors.Is(err, state.ErrNotFound) {
+			// An empty list says the snapshot does not exist; one another
+			// node's daemon holds does.
+			if err := s.elsewhere(codes.FailedPrecondition, "snapshot", id); err != nil {
+				return nil, err
+			}
+			return &csi.ListSnapshotsResponse{}, nil
+		} else if err == nil && req.GetSourceVolumeId() != "" && sn.SourceVolumeID != req.GetSourceVolumeId() {
 			return &csi.ListSnapshotsResponse{}, nil
 		} else if err != nil {
 			return nil, err
@@ -189,6 +209,15 @@ func (s *Server) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 		return nil, errf(codes.Aborted, "starting_token %q is not valid", req.GetStartingToken())
 	} else if err != nil {
 		return nil, err
+	}
+	if src := req.GetSourceVolumeId(); src != "" && len(snaps) == 0 && req.GetStartingToken() == "" {
+		// No snapshot of a volume another node's daemon holds is not the
+		// same as none of a volume that is gone.
+		if _, err := s.store.GetVolume(src); errors.Is(err, state.ErrNotFound) {
+			if err := s.elsewhere(codes.FailedPrecondition, "volume", src); err != nil {
+				return nil, err
+			}
+		}
 	}
 	resp := &csi.ListSnapshotsResponse{NextToken: next}
 	for i := range snaps {
@@ -205,7 +234,7 @@ func (s *Server) GetSnapshot(ctx context.Context, req *csi.GetSnapshotRequest) (
 	}
 	sn, err := s.store.GetSnapshot(id)
 	if err != nil {
-		return nil, notFoundOr(err, "snapshot %q", id)
+		return nil, s.absent(err, "snapshot", id)
 	}
 	return &csi.GetSnapshotResponse{Snapshot: csiSnapshot(&sn)}, nil
 }

@@ -84,8 +84,8 @@ func TestCreateVolumeConcurrentSameName(t *testing.T) {
 	}
 	id := r.resp.GetVolume().GetVolumeId()
 	t.Cleanup(func() { d.controller().DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: id}) })
-	if id != "fault:wait-same" {
-		t.Errorf("volume ID %q, want fault:wait-same", id)
+	if id != "fault@test-node:wait-same" {
+		t.Errorf("volume ID %q, want fault@test-node:wait-same", id)
 	}
 	again, err := d.controller().CreateVolume(callCtx(t), req)
 	if err != nil || again.GetVolume().GetVolumeId() != id {
