@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/host/config"
 	"github.com/wasmcsi/wasmcsi/modules"
 )
 
@@ -257,7 +258,8 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// Describe returns one line per loaded backend: what it is and offers.
+// Describe returns one line per loaded backend, what it is and offers,
+// and a line "warning: ..." for each problem of the set as a whole.
 func (s *Server) Describe() []string {
 	var out []string
 	for _, b := range s.backends.Load().all() {
@@ -269,6 +271,9 @@ func (s *Server) Describe() []string {
 		out = append(out, fmt.Sprintf("%s %s sha256:%s mount=%v block=%v fs=%v modes=%v granularity=%d ops=%s",
 			b.name, b.info.Version, b.mod.Digest(), b.info.Mount, b.info.Block, b.info.FsTypes, b.info.AccessModes, b.info.Granularity, strings.Join(ops, ",")))
 	}
+	if w := s.checkPublishAgreement(s.backends.Load()); w != "" {
+		out = append(out, "warning: "+w)
+	}
 	return out
 }
 
@@ -277,4 +282,30 @@ func (s *Server) Describe() []string {
 func heldByDevice(dev string) bool {
 	holders, err := os.ReadDir("/sys/class/block/" + filepath.Base(dev) + "/holders")
 	return err == nil && len(holders) > 0
+}
+
+// checkPublishAgreement warns when a daemon of role all serves backends
+// that disagree on controller_publish. CSI capabilities are plugin-wide:
+// such a daemon advertises PUBLISH_UNPUBLISH_VOLUME for every backend, so
+// the CO must call ControllerPublishVolume for node-local volumes too,
+// which a deployment without an attacher for them (node-local layout)
+// never does. Each driver name should serve one kind (deploy/README.md).
+// It returns the warning, "" when there is none.
+func (s *Server) checkPublishAgreement(set *backendSet) string {
+	if s.cfg.Role != config.RoleAll {
+		return ""
+	}
+	var with, without []string
+	for _, b := range set.all() {
+		if b.has(abi.OpControllerPublish) {
+			with = append(with, b.name)
+		} else {
+			without = append(without, b.name)
+		}
+	}
+	if len(with) == 0 || len(without) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("backends disagree on controller_publish (with: %s; without: %s): as capabilities are plugin-wide, this daemon advertises PUBLISH_UNPUBLISH_VOLUME for all of them; serve each kind under its own driver name (deploy/README.md)",
+		strings.Join(with, ", "), strings.Join(without, ", "))
 }

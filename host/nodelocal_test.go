@@ -284,3 +284,33 @@ func TestNodeLocalIDLength(t *testing.T) {
 	}
 }
 
+// TestPublishDisagreementWarned: a daemon of role all whose backends
+// disagree on controller_publish advertises PUBLISH_UNPUBLISH_VOLUME for
+// all of them; `wasmcsi modules` (Describe) says so, naming both sides.
+// One kind alone, or a controller daemon (which always publishes), is
+// fine.
+func TestPublishDisagreementWarned(t *testing.T) {
+	warnings := func(d *daemon) []string {
+		var out []string
+		for _, l := range d.srv.Describe() {
+			if strings.HasPrefix(l, "warning: ") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	bloat := daemonModule{name: "bloat", wasm: filepath.Join("testdata", "bloat.wasm")}
+	o := localdirOptions(t)
+	o.more = []daemonModule{bloat}
+	mixed := startDaemon(t, o)
+	if w := warnings(mixed); len(w) != 1 || !strings.Contains(w[0], "with: bloat; without: localdir") || !strings.Contains(w[0], "deploy/README.md") {
+		t.Errorf("role all, bloat (controller_publish) and localdir: warnings %q", w)
+	}
+	o.role = config.RoleController
+	if w := warnings(startDaemon(t, o)); len(w) != 0 {
+		t.Errorf("role controller: warnings %q", w)
+	}
+	if w := warnings(nodeDaemon(t, "node-a")); len(w) != 0 {
+		t.Errorf("localdir alone: warnings %q", w)
+	}
+}

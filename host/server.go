@@ -177,6 +177,9 @@ func (s *Server) Reload(ctx context.Context) {
 	s.refreshBackends()
 	names := s.backends.Load().names
 	s.log.Info("backends loaded", "backends", names)
+	if w := s.checkPublishAgreement(s.backends.Load()); w != "" {
+		s.log.Warn(w)
+	}
 	s.ready.Store(len(names) > 0)
 }
 
