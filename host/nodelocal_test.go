@@ -314,3 +314,37 @@ func TestPublishDisagreementWarned(t *testing.T) {
 		t.Errorf("localdir alone: warnings %q", w)
 	}
 }
+
+// TestNodeLocalIDSpellingsTaken: a local ID recorded under its untagged
+// ID (before the daemon tagged, here as a controller) names the same
+// storage as the tagged ID a module's answer gets now: for another name it
+// is refused like an ID recorded for another name, and nothing is deleted.
+func TestNodeLocalIDSpellingsTaken(t *testing.T) {
+	n := &notes{}
+	d := startDaemon(t, daemonOptions{
+		backend: "liar", wasm: filepath.Join("testdata", "liar.wasm"), hostcalls: []string{"test"},
+		hostCalls: []hostcalls.Func{n.hostCall()}, role: config.RoleController,
+	})
+	ctx := callCtx(t)
+	vol := createVolume(t, d, &csi.CreateVolumeRequest{Name: "shared+a", VolumeCapabilities: rwCaps()})
+	if vol.GetVolumeId() != "liar:shared" {
+		t.Fatalf("volume ID %q, want liar:shared", vol.GetVolumeId())
+	}
+	snap, err := d.controller().CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap+1", SourceVolumeId: vol.GetVolumeId()})
+	if err != nil || snap.GetSnapshot().GetSnapshotId() != "liar:snap" {
+		t.Fatalf("CreateSnapshot: %v, %v", snap, err)
+	}
+	d.cfg.Role = config.RoleAll
+	d.restart(t)
+	_, err = d.controller().CreateVolume(ctx, &csi.CreateVolumeRequest{Name: "shared+b", VolumeCapabilities: rwCaps()})
+	wantCode(t, err, codes.Internal, `"liar:shared"`, `"shared+a"`, "nothing was recorded or deleted")
+	_, err = d.controller().CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap+2", SourceVolumeId: vol.GetVolumeId()})
+	wantCode(t, err, codes.Internal, `"liar:snap"`, `"snap+1"`)
+	if dels := n.take(); len(dels) != 0 {
+		t.Errorf("the host asked the module to delete %v", dels)
+	}
+	list, err := d.controller().ListVolumes(ctx, &csi.ListVolumesRequest{})
+	if err != nil || len(list.GetEntries()) != 1 {
+		t.Errorf("volumes after the refused create: %v, %v", list, err)
+	}
+}
