@@ -233,6 +233,17 @@ func TestNodeLocalUntaggedRecordsServe(t *testing.T) {
 	}
 	d.cfg.NodeID = "node-a-renamed"
 	d.restart(t)
+	if os.Geteuid() == 0 {
+		// The node's records are its own too: it stages its volume.
+		staging := filepath.Join(t.TempDir(), "staging")
+		t.Cleanup(func() { unmountAll(t, filepath.Dir(staging)) })
+		if _, err := d.node().NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: tagged.GetVolumeId(), StagingTargetPath: staging, VolumeCapability: rwCap, VolumeContext: tagged.GetVolumeContext()}); err != nil {
+			t.Fatalf("stage after the rename: %v", err)
+		}
+		if _, err := d.node().NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: tagged.GetVolumeId(), StagingTargetPath: staging}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, v := range []*csi.Volume{old, tagged} {
 		if _, err := d.controller().ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: v.GetVolumeId(), CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 30}}); err != nil {
 			t.Errorf("expand %s: %v", v.GetVolumeId(), err)

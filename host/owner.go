@@ -92,7 +92,8 @@ func (s *Server) sourceAbsent(err error, what, id string) error {
 // notOnThisNode refuses a node call (NodeStage, NodePublish) for a volume
 // of a node-local backend whose ID names another node, where its storage
 // lives: NOT_FOUND, the spec's code for a volume that does not exist on
-// the node. nil when the ID names no other node.
+// the node. nil when the ID names no other node, or when this daemon
+// holds the volume's record (it made the volume under another node name).
 func (s *Server) notOnThisNode(b *backend, id string) error {
 	if !b.nodeLocal() {
 		return nil
@@ -100,6 +101,11 @@ func (s *Server) notOnThisNode(b *backend, id string) error {
 	owner := s.owner(id)
 	if owner == "" {
 		return nil
+	}
+	if _, err := s.store.GetVolume(id); err == nil {
+		return nil
+	} else if !errors.Is(err, state.ErrNotFound) {
+		return err
 	}
 	return errf(codes.NotFound, "volume %q lives on %s, not on this node %q: backend %q is node-local, so the CO must use it there (its accessible topology)", id, owner, s.cfg.NodeID, b.name)
 }
