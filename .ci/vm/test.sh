@@ -137,7 +137,26 @@ for name in "${NAMES[@]}"; do
 done
 SUMMARY+=$'\n'$(printf 'guest wall time %ss (boot + tests), guest exit %d' "$WALL" "$VMRC")
 printf '%s\n' "$SUMMARY" | tee "$RESULTS/summary.txt"
+# failures NAME: the failed tests of one output, with the lines that say
+# why (ginkgo's failure blocks, the log lines just before a "--- FAIL"), so
+# that the end of the run explains a failure without the whole output.
+failures() {
+  sed 's/\x1b\[[0-9;]*m//g' "$RESULTS/$1.out" | awk '
+    /^• \[(FAILED|PANICKED|TIMEDOUT)\]/ { inblk = 1; n = 0 }
+    inblk { if (n++ < 60) print; if (/^----------+$/ && n > 1) { inblk = 0; print "" } ; next }
+    { ring[NR % 25] = $0 }
+    /^ *--- FAIL: / {
+      for (i = NR - 24; i < NR; i++) if (i > 0 && (i % 25) in ring) print ring[i % 25]
+      print; print ""
+    }' | head -400
+}
 if [ "$FAILED" -gt 0 ] || [ "$VMRC" != 0 ]; then
+  for name in "${NAMES[@]}"; do
+    if [ -f "$RESULTS/$name.rc" ] && [ "$(cut -d' ' -f1 "$RESULTS/$name.rc")" = 0 ]; then continue; fi
+    [ -f "$RESULTS/$name.out" ] || continue
+    printf '\n=== why %s failed (from bin/vm-results/%s.out)\n' "$name" "$name"
+    failures "$name"
+  done
   log "FAILED: $FAILED of ${#NAMES[@]} binaries; outputs in bin/vm-results/"
   exit 1
 fi
