@@ -583,6 +583,8 @@ func TestNodeStageRefuses(t *testing.T) {
 		{"foreign ID", abi.VolumeRef{LocalID: "v-1"}, abi.NotFound},
 		{"snapshot ID", abi.VolumeRef{LocalID: "s-1"}, abi.NotFound},
 		{"another pool", abi.VolumeRef{LocalID: v.LocalID, Context: map[string]string{ctxPool: "wasmcsi-t-b", ctxNode: "n2"}}, abi.NotFound},
+		// Another node's pool of the same name: its thin IDs name other devices.
+		{"same pool name on another node", abi.VolumeRef{LocalID: v.LocalID, Context: map[string]string{ctxPool: testPool, ctxNode: "n2"}}, abi.NotFound},
 		{"no size", abi.VolumeRef{LocalID: "t-77"}, abi.NotFound},
 		{"not in the pool", abi.VolumeRef{LocalID: "t-77", Context: map[string]string{ctxSize: "1048576"}}, abi.NotFound},
 	} {

@@ -185,12 +185,18 @@ func (b *Backend) context(id uint32, size int64) map[string]string {
 }
 
 // inPool checks that a volume or snapshot context names this module's
-// pool: after a reconfiguration, or on another node, the id would name
-// another device.
+// pool on this node: after a reconfiguration, or on another node (whose
+// pool may well have the same name), the id would name another device.
+// Contexts without a node (older builds) are checked by pool only.
 func (b *Backend) inPool(ctx map[string]string, what, local string) error {
-	if p, ok := ctx[ctxPool]; ok && p != b.cfg.pool {
+	p, ok := ctx[ctxPool]
+	n := ctx[ctxNode]
+	if (ok && p != b.cfg.pool) || (n != "" && n != b.cfg.node) {
+		if !ok {
+			p = "?"
+		}
 		where := p
-		if n := ctx[ctxNode]; n != "" {
+		if n != "" {
 			where += " on node " + n
 		}
 		return errorf(abi.NotFound, what, " ", local, " lives in pool ", where, "; this module serves pool ", b.cfg.pool, " on node ", b.cfg.node)
