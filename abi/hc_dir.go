@@ -12,14 +12,25 @@ package abi
 
 // Host call names of the "dir" family.
 const (
-	HostCallDirCreate         = "dir_create"          // DirCreateRequest -> Empty
-	HostCallDirRemove         = "dir_remove"          // DirRequest -> Empty
-	HostCallDirCopy           = "dir_copy"            // DirCopyRequest -> Empty
-	HostCallDirStatfs         = "dir_statfs"          // DirRequest -> DirStatfs
-	HostCallDirUsage          = "dir_usage"           // DirRequest -> DirUsage
-	HostCallDirSetQuota       = "dir_set_quota"       // DirQuotaRequest -> Empty
-	HostCallDirQuotaSupported = "dir_quota_supported" // DirRequest (a pool folder) -> DirQuotaSupport
-	HostCallDirExists         = "dir_exists"          // DirRequest -> DirExists
+	// HostCallDirCreate creates a volume directory in a pool, with a quota when
+	// QuotaBytes > 0.
+	HostCallDirCreate = "dir_create" // DirCreateRequest -> Empty
+	// HostCallDirRemove removes a volume directory and its contents; a missing one is
+	// success.
+	HostCallDirRemove = "dir_remove" // DirRequest{path} -> Empty
+	// HostCallDirCopy copies a directory tree within a pool.
+	HostCallDirCopy = "dir_copy" // DirCopyRequest{source, target} -> Empty
+	// HostCallDirStatfs answers the usage of the filesystem holding path.
+	HostCallDirStatfs = "dir_statfs" // DirRequest{path} -> DirStatfs
+	// HostCallDirUsage answers what a volume directory uses.
+	HostCallDirUsage = "dir_usage" // DirRequest{path} -> DirUsage
+	// HostCallDirSetQuota sets a volume directory's byte limit.
+	HostCallDirSetQuota = "dir_set_quota" // DirQuotaRequest{path, bytes} -> Empty
+	// HostCallDirQuotaSupported says whether a pool enforces directory quotas, and why
+	// not.
+	HostCallDirQuotaSupported = "dir_quota_supported" // DirRequest{pool} -> DirQuotaSupport
+	// HostCallDirExists says whether a volume directory exists.
+	HostCallDirExists = "dir_exists" // DirRequest{path} -> DirExists.Exists
 )
 
 // DirCreateRequest creates the directory Path (mode 0755). An existing

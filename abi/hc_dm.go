@@ -14,15 +14,26 @@ package abi
 
 // Host call names of the "dm" family.
 const (
-	HostCallDmPoolOpen       = "dm_pool_open"       // DmPoolOpenRequest -> DmPoolOpenResponse
-	HostCallDmPoolStatus     = "dm_pool_status"     // DmPoolRequest -> DmPoolStatus
-	HostCallDmThinCreate     = "dm_thin_create"     // DmThinRequest -> DmThinResponse
-	HostCallDmThinActivate   = "dm_thin_activate"   // DmThinRequest -> DmThinResponse
+	// HostCallDmPoolOpen activates a thin pool over granted devices, creating its
+	// metadata when new.
+	HostCallDmPoolOpen = "dm_pool_open" // DmPoolOpenRequest -> DmPoolOpenResponse
+	// HostCallDmPoolStatus answers a thin pool's data and metadata usage.
+	HostCallDmPoolStatus = "dm_pool_status" // DmPoolRequest -> DmPoolStatus
+	// HostCallDmThinCreate creates and activates a thin volume.
+	HostCallDmThinCreate = "dm_thin_create" // DmThinRequest -> DmThinResponse
+	// HostCallDmThinActivate activates an existing thin volume.
+	HostCallDmThinActivate = "dm_thin_activate" // DmThinRequest -> DmThinResponse
+	// HostCallDmThinDeactivate removes a thin volume's device, keeping its data.
 	HostCallDmThinDeactivate = "dm_thin_deactivate" // DmThinRequest -> Empty
-	HostCallDmThinDelete     = "dm_thin_delete"     // DmThinRequest -> Empty
-	HostCallDmThinResize     = "dm_thin_resize"     // DmThinRequest -> Empty
-	HostCallDmThinSnapshot   = "dm_thin_snapshot"   // DmThinSnapshotRequest -> Empty
-	HostCallDmThinStatus     = "dm_thin_status"     // DmThinRequest -> DmThinStatus
+	// HostCallDmThinDelete deactivates and deletes a thin volume.
+	HostCallDmThinDelete = "dm_thin_delete" // DmThinRequest -> Empty
+	// HostCallDmThinResize changes a thin volume's virtual size.
+	HostCallDmThinResize = "dm_thin_resize" // DmThinRequest -> Empty
+	// HostCallDmThinSnapshot snapshots a thin volume inside its pool.
+	HostCallDmThinSnapshot = "dm_thin_snapshot" // DmThinSnapshotRequest -> Empty
+	// HostCallDmThinStatus answers whether a thin volume exists, whether it is active
+	// and how much of it is mapped.
+	HostCallDmThinStatus = "dm_thin_status" // DmThinRequest -> DmThinStatus
 )
 
 // DmPoolOpenRequest activates a thin pool: an existing one as its metadata

@@ -12,12 +12,19 @@ package abi
 
 // Host call names of the "file" family.
 const (
+	// HostCallFileCreate creates a volume file, sparse or preallocated.
 	HostCallFileCreate = "file_create" // FileCreateRequest -> Empty
+	// HostCallFileResize grows a volume file.
 	HostCallFileResize = "file_resize" // FileResizeRequest -> Empty
-	HostCallFileRemove = "file_remove" // FileRequest -> Empty
-	HostCallFileClone  = "file_clone"  // FileCloneRequest -> Empty
-	HostCallFileStat   = "file_stat"   // FileRequest -> FileStat
-	HostCallFileStatfs = "file_statfs" // FileRequest (the pool folder) -> FileStatfs
+	// HostCallFileRemove removes a volume file; a missing one is success.
+	HostCallFileRemove = "file_remove" // FileRequest{path} -> Empty
+	// HostCallFileClone makes target a reflink or hole-keeping copy of source in the
+	// same pool.
+	HostCallFileClone = "file_clone" // FileCloneRequest{source, target} -> Empty
+	// HostCallFileStat answers a file's size and allocated bytes.
+	HostCallFileStat = "file_stat" // FileRequest{path} -> FileStat
+	// HostCallFileStatfs answers the usage of a pool folder's filesystem.
+	HostCallFileStatfs = "file_statfs" // FileRequest{pool} -> FileStatfs
 )
 
 // FileCreateRequest creates the file Path of SizeBytes: sparse, or with

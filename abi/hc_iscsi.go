@@ -11,13 +11,18 @@ package abi
 
 // Host call names of the "iscsi" family.
 const (
-	HostCallIscsiLogin  = "iscsi_login"  // IscsiTarget -> IscsiLoginResponse
+	// HostCallIscsiLogin logs in to a granted portal's target (sharing one session per
+	// target between volumes) and answers the LUN's device.
+	HostCallIscsiLogin = "iscsi_login" // IscsiTarget -> IscsiLoginResponse
+	// HostCallIscsiLogout releases a LUN; the session ends with its last
+	// user.
 	HostCallIscsiLogout = "iscsi_logout" // IscsiTarget -> Empty
+	// HostCallIscsiRescan makes the node see a grown LUN's new size.
 	HostCallIscsiRescan = "iscsi_rescan" // IscsiTarget -> IscsiRescanResponse
 	// HostCallIscsiInitiatorName answers the node's initiator name, which
 	// a module reports in node_info so its controller can grant the node
 	// access to a LUN. It needs no root.
-	HostCallIscsiInitiatorName = "iscsi_initiator_name" // Empty -> IscsiInitiatorName
+	HostCallIscsiInitiatorName = "iscsi_initiator_name" // Empty -> IscsiInitiatorName.Name
 )
 
 // IscsiTarget names one LUN behind a target and how to log in to it.

@@ -13,10 +13,16 @@ package abi
 
 // Host call names of the "lio" family.
 const (
+	// HostCallLioLunCreate creates a backstore and maps it as a LUN of a target.
 	HostCallLioLunCreate = "lio_lun_create" // LioLunCreateRequest -> Empty
+	// HostCallLioLunDelete unmaps a LUN and deletes its backstore;
+	// with req.Path set, only when the LUN is backed by that path.
 	HostCallLioLunDelete = "lio_lun_delete" // LioLunRequest -> Empty
-	HostCallLioGrant     = "lio_grant"      // LioGrantRequest -> Empty
-	HostCallLioRevoke    = "lio_revoke"     // LioGrantRequest -> Empty
+	// HostCallLioGrant lets an initiator reach a LUN.
+	HostCallLioGrant = "lio_grant" // LioGrantRequest -> Empty
+	// HostCallLioRevoke takes an initiator's access away.
+	HostCallLioRevoke = "lio_revoke" // LioGrantRequest -> Empty
+	// HostCallLioLunResize sets the size a fileio LUN reports after its file grew.
 	HostCallLioLunResize = "lio_lun_resize" // LioLunResizeRequest -> Empty
 )
 

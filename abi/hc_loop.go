@@ -10,10 +10,15 @@ package abi
 
 // Host call names of the "loop" family.
 const (
+	// HostCallLoopAttach attaches a file inside a granted root to a loop device, or
+	// answers the device it is already attached to.
 	HostCallLoopAttach = "loop_attach" // LoopAttachRequest -> LoopDevice
-	HostCallLoopFind   = "loop_find"   // LoopFileRequest -> LoopFindResponse
-	HostCallLoopResize = "loop_resize" // LoopDeviceRequest -> LoopResizeResponse
-	HostCallLoopDetach = "loop_detach" // LoopDeviceRequest -> Empty
+	// HostCallLoopFind answers the device a file is attached to, if any.
+	HostCallLoopFind = "loop_find" // LoopFileRequest{file} -> LoopFindResponse
+	// HostCallLoopResize makes a device pick up its file's new size.
+	HostCallLoopResize = "loop_resize" // LoopDeviceRequest{device} -> LoopResizeResponse.SizeBytes
+	// HostCallLoopDetach detaches a device; a free one is success.
+	HostCallLoopDetach = "loop_detach" // LoopDeviceRequest{device} -> Empty
 )
 
 // LoopAttachRequest attaches File to a free loop device, or answers the

@@ -11,9 +11,13 @@ package abi
 
 // Host call names of the "mount" family.
 const (
-	HostCallMountBind    = "mount_bind"    // MountBindRequest -> MountChange
+	// HostCallMountBind bind-mounts source at target, read-only when asked; an
+	// identical mount already there is success with Changed false.
+	HostCallMountBind = "mount_bind" // MountBindRequest -> MountChange
+	// HostCallMountUnmount unmounts target; not mounted is success.
 	HostCallMountUnmount = "mount_unmount" // MountUnmountRequest -> MountChange
-	HostCallMountInfo    = "mount_info"    // MountInfoRequest -> MountInfo
+	// HostCallMountInfo describes what is mounted at target.
+	HostCallMountInfo = "mount_info" // MountInfoRequest{target} -> MountInfo
 )
 
 // MountBindRequest bind-mounts Source on Target, read-only when ReadOnly.

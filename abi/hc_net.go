@@ -8,7 +8,10 @@ package abi
 
 // Host call names of the "net" family.
 const (
-	HostCallNetRouteTo    = "net_route_to"   // NetRouteToRequest -> NetRoute
+	// HostCallNetRouteTo answers the interface and source address the node uses to
+	// reach an address.
+	HostCallNetRouteTo = "net_route_to" // NetRouteToRequest -> NetRoute
+	// HostCallNetInterfaces lists the node's interfaces and addresses.
 	HostCallNetInterfaces = "net_interfaces" // Empty -> NetInterfaces
 )
 

@@ -3,6 +3,8 @@ package catalog
 import (
 	"strings"
 	"testing"
+
+	"github.com/wasmcsi/wasmcsi/abi"
 )
 
 // Every host call is named "<family>_<verb>" after the grant that allows it.
@@ -27,5 +29,34 @@ func TestNamesFollowFamilies(t *testing.T) {
 	}
 	if _, ok := All()["iscsi_login"]; ok {
 		t.Error("All() has the iscsi family without a state dir")
+	}
+}
+
+// The daemon serves exactly the host calls abi declares (abi.HostCalls,
+// generated from abi/hc_*.go), each under the family abi names.
+func TestCatalogMatchesABI(t *testing.T) {
+	all, err := New(Options{StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range abi.HostCalls {
+		f, ok := all[d.Name]
+		switch {
+		case !ok:
+			t.Errorf("abi declares %s, the catalog does not serve it", d.Name)
+		case f.Family != d.Family:
+			t.Errorf("%s: catalog family %q, abi family %q", d.Name, f.Family, d.Family)
+		}
+	}
+	if len(all) != len(abi.HostCalls) {
+		declared := map[string]bool{}
+		for _, d := range abi.HostCalls {
+			declared[d.Name] = true
+		}
+		for name := range all {
+			if !declared[name] {
+				t.Errorf("the catalog serves %s, which abi does not declare", name)
+			}
+		}
 	}
 }
