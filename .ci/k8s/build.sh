@@ -37,7 +37,7 @@ apt_pkgs="containerd runc etcd-server containernetworking-plugins busybox-static
 have_all() {
 	local b
 	for b in $k8s_bins $sidecar_bins; do [ -x "$bin/$b" ] || return 1; done
-	[ -d "$top/crd" ]
+	[ -f "$top/crd/groupsnapshot.storage.k8s.io_volumegroupsnapshots.yaml" ]
 }
 
 install_debs() {
@@ -114,8 +114,9 @@ export GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off CGO_ENABLED=0
 work=$(mktemp -d "${TMPDIR:-/tmp}/wasmcsi-k8s-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# external-snapshotter from the proxy, with the CRDs of its client module.
-if [ ! -x "$bin/csi-snapshotter" ] || [ ! -x "$bin/snapshot-controller" ] || [ ! -d "$top/crd" ]; then
+# external-snapshotter from the proxy, with the CRDs (snapshots and group
+# snapshots) of its client module.
+if [ ! -x "$bin/csi-snapshotter" ] || [ ! -x "$bin/snapshot-controller" ]; then
 	snap=$work/external-snapshotter
 	modsrc "github.com/kubernetes-csi/external-snapshotter/v8@v$SNAPSHOTTER_VERSION" "$snap"
 	cd "$snap"
@@ -123,11 +124,15 @@ if [ ! -x "$bin/csi-snapshotter" ] || [ ! -x "$bin/snapshot-controller" ] || [ !
 	rm -rf vendor
 	timed csi-snapshotter gobuild csi-snapshotter ./cmd/csi-snapshotter
 	timed snapshot-controller gobuild snapshot-controller ./cmd/snapshot-controller
+	cd /
+fi
+if [ ! -f "$top/crd/groupsnapshot.storage.k8s.io_volumegroupsnapshots.yaml" ]; then
 	client=$work/snapshot-client
 	modsrc "github.com/kubernetes-csi/external-snapshotter/client/v8@v$SNAPSHOTTER_VERSION" "$client"
 	rm -rf "$top/crd.tmp"
 	mkdir -p "$top/crd.tmp"
-	cp "$client"/config/crd/snapshot.storage.k8s.io_*.yaml "$top/crd.tmp/"
+	cp "$client"/config/crd/*snapshot.storage.k8s.io_*.yaml "$top/crd.tmp/"
+	rm -rf "$top/crd"
 	mv "$top/crd.tmp" "$top/crd"
 	cd /
 fi
@@ -168,6 +173,10 @@ if [ -n "$need_k8s" ]; then
 	timed ginkgo gobuild ginkgo github.com/onsi/ginkgo/v2/ginkgo
 	# CGO_ENABLED=0: the image has no libc, a dynamic agnhost cannot start.
 	timed agnhost gobuild agnhost ./test/images/agnhost
+	# Only the storage suites are compiled in (the tier runs nothing else;
+	# the other suites and their dependencies double the build): the other
+	# test-source imports of e2e_test.go are dropped.
+	sed -i -E '/^\s*_ "k8s\.io\/kubernetes\/test\/e2e\/(apimachinery|apps|architecture|auth|autoscaling|cloud|dra|instrumentation|kubectl|lifecycle|lifecycle\/bootstrap|network|node|scheduling|storage\/csimock|windows)"$/d' test/e2e/e2e_test.go
 	timed e2e.test gotestc e2e.test ./test/e2e
 	cd /
 fi
