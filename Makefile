@@ -5,6 +5,7 @@
 #   make test-vm    the privileged tier (device-mapper, iSCSI) inside a QEMU guest
 #   make crash      kill the daemon at KILLS random points of a mixed workload and check (root; SEED=n repeats a run)
 #   make test-nomad a Nomad dev agent runs the plugin from deploy/nomad and drives it (root)
+#   make test-k8s   a single-node Kubernetes runs the plugin as deploy/kubernetes does; upstream e2e storage suite (root)
 #   make bench      benchmarks: module calls, CSI operation rates, primitives
 #   make lint       gofmt, go vet, staticcheck
 #   make tinygo     print the TinyGo wrapper (built and cached on first use)
@@ -21,7 +22,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s
 KILLS    ?= 1000
 
-.PHONY: all build modules modules-tinygo run test sanity test-vm test-nomad crash bench lint tinygo clean
+.PHONY: all build modules modules-tinygo run test sanity test-vm test-nomad test-k8s crash bench lint tinygo clean
 
 all: build
 
@@ -70,6 +71,14 @@ crash: build
 # with this tree's binaries; the nomad CLI and exec jobs drive every step.
 test-nomad:
 	GO=$(GO) bash .ci/nomad/test.sh
+
+# Kubernetes v1.34.2 (control plane, kubelet, e2e.test) and the CSI
+# sidecars, built once (cached under /var/cache/wasmcsi/k8s-v<version>); the
+# sidecars the module proxy refuses come from WASMCSI_THIRDPARTY (default
+# ../shared/thirdparty). Runs the external-storage e2e suite per backend
+# (.ci/k8s/drivers); WASMCSI_K8S_FOCUS narrows it to one pass.
+test-k8s:
+	GO=$(GO) bash .ci/k8s/test.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./modules/ ./host/ ./hostcalls/... ./abi/... ./examples/...
