@@ -17,6 +17,13 @@ const (
 // makes the response bytes the UTF-8 error message.
 type Op string
 
+// The operations. Each is declared here once; its request and response are
+// the signature of the sdk method of the same name (create_volume:
+// CreateVolume, backend_info: Info), and `go generate` (internal/opgen)
+// writes from the two AllOps (in the order below, which is the order of
+// BackendInfo.Ops), sdk.Implements, sdk.Dispatch's cases and sdk/guest's
+// exports.
+
 const (
 	// Load time.
 	OpInfo      Op = "backend_info" // required: BackendInfo
@@ -26,13 +33,13 @@ const (
 	OpCreateVolume        Op = "create_volume"
 	OpDeleteVolume        Op = "delete_volume"
 	OpExpandVolume        Op = "expand_volume"
-	OpModifyVolume        Op = "modify_volume"
 	OpCreateSnapshot      Op = "create_snapshot"
 	OpDeleteSnapshot      Op = "delete_snapshot"
 	OpGetCapacity         Op = "get_capacity"
 	OpControllerPublish   Op = "controller_publish"
 	OpControllerUnpublish Op = "controller_unpublish"
 	OpVolumeHealth        Op = "volume_health"
+	OpModifyVolume        Op = "modify_volume"
 
 	// Node.
 	OpNodeInfo      Op = "node_info"
@@ -42,15 +49,6 @@ const (
 	OpSnapshotData  Op = "snapshot_data"
 	OpStorageHealth Op = "storage_health"
 )
-
-// AllOps lists every operation in a stable order.
-var AllOps = []Op{
-	OpInfo, OpConfigure,
-	OpCreateVolume, OpDeleteVolume, OpExpandVolume, OpCreateSnapshot,
-	OpDeleteSnapshot, OpGetCapacity, OpControllerPublish, OpControllerUnpublish,
-	OpVolumeHealth, OpModifyVolume,
-	OpNodeInfo, OpNodeStage, OpNodeUnstage, OpNodeExpand, OpSnapshotData, OpStorageHealth,
-}
 
 // Core imports of the "wasmcsi" host module. They need no grant.
 const (
