@@ -1,0 +1,131 @@
+package state
+
+import (
+	"bytes"
+	"encoding/hex"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The on-disk format of records is a promise to every daemon that ever
+// wrote one: records encoded by this codec are pinned in
+// testdata/records.golden (one "name hex" line each), and any codec that
+// replaces it must read them back equal and write the same bytes. Every
+// field of every record kind is set, so every field number is pinned.
+// WASMCSI_UPDATE_GOLDEN=1 rewrites the file: only ever to add a record.
+
+func goldenRecords() map[string]func() (enc []byte, check func([]byte) (any, any, error), err error) {
+	at := time.Unix(1_700_000_000, 123_456_789).UTC()
+	vol := Volume{
+		ID: "v-1", Name: "pvc-1", Backend: "loop", LocalID: "lv-1",
+		CapacityBytes: 1 << 30,
+		Parameters:    map[string]string{"fsType": "ext4", "pool": "fast", "": ""},
+		Context:       map[string]string{"loop.wasmcsi.io/file": "/pool/v-1"},
+		Capabilities: []Capability{
+			{FsType: "xfs", MountFlags: []string{"noatime", ""}, AccessMode: 1},
+			{Block: true, AccessMode: 5},
+		},
+		SourceSnapshotID: "snap-1", SourceVolumeID: "v-0",
+		Topology:  []map[string]string{{"zone": "a", "rack": "r1"}, {}},
+		CreatedAt: at,
+		Published: map[string]PublishedNode{
+			"node-1": {ReadOnly: true, Context: map[string]string{"dev": "/dev/sda"}, Capability: &Capability{Block: true, AccessMode: 7}},
+			"node-2": {},
+		},
+		MutableParameters: map[string]string{"prealloc": "true"},
+	}
+	snap := Snapshot{ID: "s-1", Name: "snap", Backend: "loop", LocalID: "ls-1", SourceVolumeID: "v-1",
+		SizeBytes: 1 << 40, Context: map[string]string{"k": "v"}, CreatedAt: at, ReadyToUse: true,
+		GroupID: "g-1", Topology: []map[string]string{{"zone": "a"}, {"zone": "b"}}}
+	group := Group{ID: "g-1", Name: "grp", SnapshotIDs: []string{"s-1", "", "s-3"}, CreatedAt: at,
+		SourceVolumeIDs: []string{"v-1", "v-2"}, Parameters: map[string]string{"k": "v"}}
+	stage := Stage{VolumeID: "v-1", StagingPath: "/staging/v-1", Backend: "loop", Device: "/dev/loop3",
+		Directory: "/d", FsType: "ext4", MountFlags: []string{"noatime"}, Block: true,
+		Context: map[string]string{"loop": "/dev/loop3"}, AccessMode: 7, StagedAt: at,
+		VolumeContext: map[string]string{"path": "/p"}, BackendFlags: []string{"nouuid"},
+		DeviceFile: "2049:12", Unstaging: true, LostReported: true}
+	pub := Publish{VolumeID: "v-1", TargetPath: "/pods/x/mount", StagingPath: "/staging/v-1", ReadOnly: true,
+		Block: true, MountFlags: []string{"ro", "bind"}, Backend: "loop", Device: "/dev/loop4", FsType: "xfs",
+		Context: map[string]string{"k": "v"}, AccessMode: 5, PublishedAt: at}
+	old := Volume{ID: "v-old", CreatedAt: time.Unix(-5, 7).UTC(), CapacityBytes: -1,
+		Published: map[string]PublishedNode{"n": {Context: map[string]string{"k": "v"}}}} // no Capability: written before it was kept
+
+	entry := func(v any, enc func() ([]byte, error), dec func([]byte) (any, error)) func() ([]byte, func([]byte) (any, any, error), error) {
+		return func() ([]byte, func([]byte) (any, any, error), error) {
+			b, err := enc()
+			return b, func(in []byte) (any, any, error) { got, err := dec(in); return got, v, err }, err
+		}
+	}
+	return map[string]func() ([]byte, func([]byte) (any, any, error), error){
+		"volume":       entry(vol, func() ([]byte, error) { return encodeVolume(&vol) }, func(b []byte) (any, error) { return decodeVolume(b) }),
+		"volume-old":   entry(old, func() ([]byte, error) { return encodeVolume(&old) }, func(b []byte) (any, error) { return decodeVolume(b) }),
+		"volume-empty": entry(Volume{}, func() ([]byte, error) { return encodeVolume(&Volume{}) }, func(b []byte) (any, error) { return decodeVolume(b) }),
+		"snapshot":     entry(snap, func() ([]byte, error) { return encodeSnapshot(&snap) }, func(b []byte) (any, error) { return decodeSnapshot(b) }),
+		"group":        entry(group, func() ([]byte, error) { return encodeGroup(&group) }, func(b []byte) (any, error) { return decodeGroup(b) }),
+		"stage":        entry(stage, func() ([]byte, error) { return encodeStage(&stage) }, func(b []byte) (any, error) { return decodeStage(b) }),
+		"publish":      entry(pub, func() ([]byte, error) { return encodePublish(&pub) }, func(b []byte) (any, error) { return decodePublish(b) }),
+	}
+}
+
+const goldenFile = "testdata/records.golden"
+
+func TestRecordsGolden(t *testing.T) {
+	records := goldenRecords()
+	if os.Getenv("WASMCSI_UPDATE_GOLDEN") == "1" {
+		var lines []string
+		for name, rec := range records {
+			b, _, err := rec()
+			if err != nil {
+				t.Fatal(name, err)
+			}
+			lines = append(lines, name+" "+hex.EncodeToString(b))
+		}
+		slices.Sort(lines)
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(goldenFile, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, err := os.ReadFile(goldenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(src)), "\n") {
+		name, hx, _ := strings.Cut(line, " ")
+		want, err := hex.DecodeString(hx)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		rec, ok := records[name]
+		if !ok {
+			t.Errorf("%s: golden record without a fixture", name)
+			continue
+		}
+		seen[name] = true
+		b, check, err := rec()
+		if err != nil {
+			t.Fatalf("%s: encode: %v", name, err)
+		}
+		if !bytes.Equal(b, want) {
+			t.Errorf("%s: encodes to\n%x\nthe format on disk is\n%x", name, b, want)
+		}
+		got, fixture, err := check(want)
+		if err != nil {
+			t.Errorf("%s: the record on disk does not decode: %v", name, err)
+		} else if !reflect.DeepEqual(got, fixture) {
+			t.Errorf("%s: the record on disk decodes to\n%+v\nwant %+v", name, got, fixture)
+		}
+	}
+	for name := range records {
+		if !seen[name] {
+			t.Errorf("%s: no golden record (WASMCSI_UPDATE_GOLDEN=1 adds it)", name)
+		}
+	}
+}
