@@ -2,6 +2,13 @@ package state
 
 import "fmt"
 
+// The node's records are written asynchronously (PutStageAsync) and have no
+// name index; they share the tables' reads and deletes.
+var (
+	stageTable   = &table[Stage]{kind: "stage", bucket: bucketStages, decode: decodeStage}
+	publishTable = &table[Publish]{kind: "publish", bucket: bucketPublishes, decode: decodePublish}
+)
+
 // PutStage records that volume st.VolumeID is staged on this node,
 // replacing any earlier record for it.
 func (s *Store) PutStage(st Stage) error {
@@ -38,22 +45,7 @@ func (s *Store) PutStageAsync(st Stage) (wait func() error, err error) {
 }
 
 // GetStage returns the stage record of a volume, or ErrNotFound.
-func (s *Store) GetStage(volumeID string) (Stage, error) {
-	var st Stage
-	found, err := s.get(bucketStages, []byte(volumeID), func(b []byte) (err error) {
-		if st, err = decodeStage(b); err != nil {
-			return corrupt("stage", volumeID, err)
-		}
-		return nil
-	})
-	if err == nil && !found {
-		err = ErrNotFound
-	}
-	if err != nil {
-		return Stage{}, fmt.Errorf("stage %s: %w", volumeID, err)
-	}
-	return st, nil
-}
+func (s *Store) GetStage(volumeID string) (Stage, error) { return stageTable.get(s, volumeID) }
 
 // DeleteStage removes the stage record of a volume, or returns ErrNotFound.
 func (s *Store) DeleteStage(volumeID string) error {
@@ -70,30 +62,13 @@ func (s *Store) DeleteStageAsync(volumeID string) error {
 }
 
 func (s *Store) deleteStage(volumeID string, write func(func(tx *txn) error) error) error {
-	err := write(func(tx *txn) error {
-		b := tx.Bucket(bucketStages)
-		if b.Get([]byte(volumeID)) == nil {
-			return refuse(ErrNotFound)
-		}
-		return b.Delete([]byte(volumeID))
-	})
-	if err != nil {
-		return fmt.Errorf("delete stage %s: %w", volumeID, err)
-	}
-	return nil
+	return stageTable.delete(write, volumeID)
 }
 
 // ListStages returns up to max stage records (0: all) in volume ID order,
 // starting at startToken, and the token of the next page, "" after the last.
 func (s *Store) ListStages(startToken string, max int) (stages []Stage, next string, err error) {
-	next, err = s.page(listStages, bucketStages, nil, startToken, max, func(_ *txn, k, b []byte) error {
-		st, err := decodeStage(b)
-		if err != nil {
-			return corrupt("stage", string(k), err)
-		}
-		stages = append(stages, st)
-		return nil
-	})
+	next, err = s.page(listStages, bucketStages, nil, startToken, max, stageTable.collect(&stages))
 	if err != nil {
 		return nil, "", fmt.Errorf("list stages: %w", err)
 	}
@@ -193,13 +168,6 @@ func (s *Store) ListPublishes(startToken string, max int) (pubs []Publish, next 
 }
 
 func (s *Store) listPublishes(prefix []byte, startToken string, max int) (pubs []Publish, next string, err error) {
-	next, err = s.page(listPublishes, bucketPublishes, prefix, startToken, max, func(_ *txn, k, b []byte) error {
-		p, err := decodePublish(b)
-		if err != nil {
-			return corrupt("publish", string(k), err)
-		}
-		pubs = append(pubs, p)
-		return nil
-	})
+	next, err = s.page(listPublishes, bucketPublishes, prefix, startToken, max, publishTable.collect(&pubs))
 	return pubs, next, err
 }

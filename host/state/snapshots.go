@@ -12,6 +12,54 @@ const (
 	snapshotSourceField = 5
 )
 
+var snapshotTable = &table[Snapshot]{
+	kind: "snapshot", bucket: bucketSnapshots,
+	encode: encodeSnapshot, decode: decodeSnapshot, check: checkSnapshot,
+	id:    func(v *Snapshot) string { return v.ID },
+	names: bucketSnapshotNames, name: func(v *Snapshot) string { return v.Name }, nameField: snapshotNameField,
+	index: indexSnapshotSource, unindex: unindexSnapshotSource,
+}
+
+// indexSnapshotSource keeps the source volume index of a put snapshot.
+func indexSnapshotSource(tx *txn, v *Snapshot, old []byte) (func() error, error) {
+	var oldSource string
+	if old != nil {
+		var err error
+		if oldSource, err = stringField(old, snapshotSourceField); err != nil {
+			return nil, corrupt("snapshot", v.ID, err)
+		}
+	}
+	return func() error {
+		if oldSource == v.SourceVolumeID {
+			return nil
+		}
+		bySource := tx.Bucket(bucketSnapshotSource)
+		if oldSource != "" {
+			if err := bySource.Delete(prefixKey(oldSource, v.ID)); err != nil {
+				return err
+			}
+		}
+		if v.SourceVolumeID != "" {
+			return bySource.Put(prefixKey(v.SourceVolumeID, v.ID), nil)
+		}
+		return nil
+	}, nil
+}
+
+// unindexSnapshotSource drops a deleted snapshot's source index entry.
+func unindexSnapshotSource(tx *txn, id string, old []byte) (func() error, error) {
+	source, err := stringField(old, snapshotSourceField)
+	if err != nil {
+		return nil, corrupt("snapshot", id, err)
+	}
+	return func() error {
+		if source == "" {
+			return nil
+		}
+		return tx.Bucket(bucketSnapshotSource).Delete(prefixKey(source, id))
+	}, nil
+}
+
 func checkSnapshot(v *Snapshot) error {
 	if err := checkKey("snapshot ID", v.ID); err != nil {
 		return err
@@ -30,151 +78,21 @@ func checkSnapshot(v *Snapshot) error {
 // PutSnapshot creates or replaces the snapshot v.ID with its name and source
 // volume index entries. It fails with ErrNameTaken if v.Name belongs to
 // another snapshot.
-func (s *Store) PutSnapshot(v Snapshot) error {
-	if err := checkSnapshot(&v); err != nil {
-		return err
-	}
-	val, err := encodeSnapshot(&v)
-	if err != nil {
-		return fmt.Errorf("put snapshot %s: %w", v.ID, invalid(err))
-	}
-	err = s.write(func(tx *txn) error { return putSnapshot(tx, &v, val) })
-	if err != nil {
-		return fmt.Errorf("put snapshot %s: %w", v.ID, err)
-	}
-	return nil
-}
+func (s *Store) PutSnapshot(v Snapshot) error { return snapshotTable.put(s, v, false) }
 
 // InsertSnapshot records a new snapshot: as PutSnapshot, but it fails with
 // ErrIDTaken, and writes nothing, when v.ID is already recorded.
-func (s *Store) InsertSnapshot(v Snapshot) error {
-	if err := checkSnapshot(&v); err != nil {
-		return err
-	}
-	val, err := encodeSnapshot(&v)
-	if err != nil {
-		return fmt.Errorf("insert snapshot %s: %w", v.ID, invalid(err))
-	}
-	err = s.write(func(tx *txn) error {
-		if tx.Bucket(bucketSnapshots).Get([]byte(v.ID)) != nil {
-			return refuse(ErrIDTaken)
-		}
-		return putSnapshot(tx, &v, val)
-	})
-	if err != nil {
-		return fmt.Errorf("insert snapshot %s: %w", v.ID, err)
-	}
-	return nil
-}
-
-func putSnapshot(tx *txn, v *Snapshot, val []byte) error {
-	snaps := tx.Bucket(bucketSnapshots)
-	id := []byte(v.ID)
-	old := snaps.Get(id)
-	index, err := nameIndex(tx.Bucket(bucketSnapshotNames), v.ID, v.Name, old, snapshotNameField)
-	if err != nil {
-		return err
-	}
-	var oldSource string
-	if old != nil {
-		if oldSource, err = stringField(old, snapshotSourceField); err != nil {
-			return corrupt("snapshot", v.ID, err)
-		}
-	}
-	if err := index(); err != nil {
-		return err
-	}
-	if oldSource != v.SourceVolumeID {
-		bySource := tx.Bucket(bucketSnapshotSource)
-		if oldSource != "" {
-			if err := bySource.Delete(prefixKey(oldSource, v.ID)); err != nil {
-				return err
-			}
-		}
-		if v.SourceVolumeID != "" {
-			if err := bySource.Put(prefixKey(v.SourceVolumeID, v.ID), nil); err != nil {
-				return err
-			}
-		}
-	}
-	return snaps.Put(id, val)
-}
+func (s *Store) InsertSnapshot(v Snapshot) error { return snapshotTable.put(s, v, true) }
 
 // GetSnapshot returns the snapshot with the given ID, or ErrNotFound.
-func (s *Store) GetSnapshot(id string) (Snapshot, error) {
-	var v Snapshot
-	found, err := s.get(bucketSnapshots, []byte(id), func(b []byte) (err error) {
-		if v, err = decodeSnapshot(b); err != nil {
-			return corrupt("snapshot", id, err)
-		}
-		return nil
-	})
-	if err == nil && !found {
-		err = ErrNotFound
-	}
-	if err != nil {
-		return Snapshot{}, fmt.Errorf("snapshot %s: %w", id, err)
-	}
-	return v, nil
-}
+func (s *Store) GetSnapshot(id string) (Snapshot, error) { return snapshotTable.get(s, id) }
 
 // SnapshotByName returns the snapshot with the given name, or ErrNotFound.
-func (s *Store) SnapshotByName(name string) (Snapshot, error) {
-	var v Snapshot
-	var found bool
-	err := s.view(func(tx *txn) error {
-		id := tx.Bucket(bucketSnapshotNames).Get([]byte(name))
-		if id == nil {
-			return nil
-		}
-		b := tx.Bucket(bucketSnapshots).Get(id)
-		if b == nil {
-			return corrupt("snapshot name index", name, fmt.Errorf("names missing snapshot %s", id))
-		}
-		found = true
-		var err error
-		if v, err = decodeSnapshot(b); err != nil {
-			return corrupt("snapshot", string(id), err)
-		}
-		return nil
-	})
-	if err == nil && !found {
-		err = ErrNotFound
-	}
-	if err != nil {
-		return Snapshot{}, fmt.Errorf("snapshot named %q: %w", name, err)
-	}
-	return v, nil
-}
+func (s *Store) SnapshotByName(name string) (Snapshot, error) { return snapshotTable.byName(s, name) }
 
 // DeleteSnapshot removes the snapshot and its index entries, or returns
 // ErrNotFound.
-func (s *Store) DeleteSnapshot(id string) error {
-	err := s.write(func(tx *txn) error {
-		snaps := tx.Bucket(bucketSnapshots)
-		old := snaps.Get([]byte(id))
-		if old == nil {
-			return refuse(ErrNotFound)
-		}
-		source, err := stringField(old, snapshotSourceField)
-		if err != nil {
-			return corrupt("snapshot", id, err)
-		}
-		if err := dropName(tx.Bucket(bucketSnapshotNames), id, old, snapshotNameField); err != nil {
-			return err
-		}
-		if source != "" {
-			if err := tx.Bucket(bucketSnapshotSource).Delete(prefixKey(source, id)); err != nil {
-				return err
-			}
-		}
-		return snaps.Delete([]byte(id))
-	})
-	if err != nil {
-		return fmt.Errorf("delete snapshot %s: %w", id, err)
-	}
-	return nil
-}
+func (s *Store) DeleteSnapshot(id string) error { return snapshotTable.delete(s.write, id) }
 
 // SnapshotFilter narrows ListSnapshots as CSI's ListSnapshotsRequest does.
 // Empty fields do not filter.
@@ -202,22 +120,15 @@ func (s *Store) ListSnapshots(f SnapshotFilter, startToken string, max int) (sna
 				if b == nil {
 					return corrupt("snapshot source index", string(k), fmt.Errorf("indexes missing snapshot %s", id))
 				}
-				v, err := decodeSnapshot(b)
+				v, err := snapshotTable.decodeAt(id, b)
 				if err != nil {
-					return corrupt("snapshot", id, err)
+					return err
 				}
 				snaps = append(snaps, v)
 				return nil
 			})
 	default:
-		next, err = s.page(listSnapshots, bucketSnapshots, nil, startToken, max, func(_ *txn, k, b []byte) error {
-			v, err := decodeSnapshot(b)
-			if err != nil {
-				return corrupt("snapshot", string(k), err)
-			}
-			snaps = append(snaps, v)
-			return nil
-		})
+		next, err = s.page(listSnapshots, bucketSnapshots, nil, startToken, max, snapshotTable.collect(&snaps))
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("list snapshots: %w", err)
