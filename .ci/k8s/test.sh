@@ -560,11 +560,17 @@ for b in $backends; do
 			"$bin/e2e.test" -- --kubeconfig="$kubeconfig" --storage.testdriver="$repo/$drv" --repo-root="$repo" --kubectl-path="$bin/kubectl" \
 			--report-dir="$logs/e2e-$b-$((i + 1))" >"$logs/e2e-$b-$((i + 1)).log" 2>&1
 		rc=$?
+		# Selected: specs the focus and skip chose; of those, the suite
+		# itself skips the ones whose capability the definition lacks.
 		line=$(grep -E '[0-9]+ Passed \| [0-9]+ Failed' "$logs/e2e-$b-$((i + 1)).log" | tail -1)
 		p=$(echo "$line" | sed -n 's/.*[^0-9]\([0-9]*\) Passed.*/\1/p')
 		fl=$(echo "$line" | sed -n 's/.*| \([0-9]*\) Failed.*/\1/p')
-		sk=$(echo "$line" | sed -n 's/.*| \([0-9]*\) Skipped.*/\1/p')
-		summary+=("$(printf '%-15s pass %d  passed %4s  failed %4s  skipped %5s  %5d s  rc %d' "$b" $((i + 1)) "${p:-?}" "${fl:-?}" "${sk:-?}" $(($(date +%s) - s)) "$rc")")
+		sel=$(sed -n 's/^Will run \([0-9]*\) of.*/\1/p' "$logs/e2e-$b-$((i + 1)).log" | head -1)
+		ran=$(sed -n 's/^Ran \([0-9]*\) of.*/\1/p' "$logs/e2e-$b-$((i + 1)).log" | tail -1)
+		sk="?"
+		[ -n "$sel" ] && [ -n "$ran" ] && sk=$((sel - ran))
+		summary+=("$(printf '%-15s pass %d  selected %4s  passed %4s  failed %4s  skipped %4s  %5d s  rc %d' \
+			"$b" $((i + 1)) "${sel:-?}" "${p:-?}" "${fl:-?}" "$sk" $(($(date +%s) - s)) "$rc")")
 		if [ "$rc" != 0 ]; then
 			failed=1
 			grep -E '^\s*\[FAIL\]|^  \[FAILED\]' "$logs/e2e-$b-$((i + 1)).log" | sort -u | head -20
