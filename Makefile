@@ -7,6 +7,7 @@
 #   make test-nomad a Nomad dev agent runs the plugin from deploy/nomad and drives it (root)
 #   make test-k8s   a single-node Kubernetes runs the plugin as deploy/kubernetes does; upstream e2e storage suite (root)
 #   make bench      benchmarks: module calls, CSI operation rates, primitives
+#   make bench-sidebyside  wasmcsi and csi-driver-host-path measured in alternating rounds; ratios (root)
 #   make lint       gofmt, go vet, staticcheck
 #   make tinygo     print the TinyGo wrapper (built and cached on first use)
 
@@ -22,7 +23,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s
 KILLS    ?= 1000
 
-.PHONY: all build modules modules-tinygo run test sanity test-vm test-nomad test-k8s crash bench lint tinygo clean
+.PHONY: all build modules modules-tinygo run test sanity test-vm test-nomad test-k8s crash bench bench-sidebyside lint tinygo clean
 
 all: build
 
@@ -83,11 +84,19 @@ test-k8s:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./modules/ ./host/ ./hostcalls/... ./abi/... ./examples/...
 
+# A module of its own (cmd/sidebyside/go.mod): the reference driver is built
+# once from its source tarball in WASMCSI_THIRDPARTY (default
+# ../shared/thirdparty) into WASMCSI_HOSTPATH_CACHE (default /var/cache/wasmcsi),
+# or skipped with the reason. SIDEBYSIDE_FLAGS, e.g. -rounds 5 -duration 3s.
+bench-sidebyside: build
+	cd cmd/sidebyside && $(GO) run . -repo $(CURDIR) $(SIDEBYSIDE_FLAGS)
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./abi/... ./sdk/... ./examples/...
 	$(GO) run $(STATICCHECK) ./...
+	cd cmd/sidebyside && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 tinygo:
 	@.ci/tinygo.sh
