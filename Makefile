@@ -51,6 +51,7 @@ run: build
 
 test:
 	$(GO) test -count=1 -timeout 30m ./...
+	cd cmd/sidebyside && $(GO) test -count=1 ./...
 
 # csi-sanity as its own binary (csi-test, pinned) against bin/wasmcsi serve
 # with the embedded configuration, in a temporary folder of its own.
