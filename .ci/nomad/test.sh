@@ -349,9 +349,14 @@ service() {
 	}
 }
 
-# unclaimed VOLUME: Nomad released every claim on it (unpublished).
+# unclaimed VOLUME: Nomad released every claim on it and the node let it go
+# (no staging or publish mount left). The server can list a claim as
+# released while the client's unstage still runs; a job started then finds
+# the volume staged and Nomad publishes it without staging again, so a step
+# that needs a fresh stage (growth at stage) would race.
 unclaimed() {
-	api "/v1/volume/csi/$1" | jq -e '(.ReadAllocs | length) == 0 and (.WriteAllocs | length) == 0 and ((.PastClaims // {}) | length) == 0' >/dev/null
+	api "/v1/volume/csi/$1" | jq -e '(.ReadAllocs | length) == 0 and (.WriteAllocs | length) == 0 and ((.PastClaims // {}) | length) == 0' >/dev/null &&
+		! mounted_vol "$1"
 }
 stop_job() {
 	"$nomad" job stop -purge -detach "$1" >/dev/null 2>&1
