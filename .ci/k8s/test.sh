@@ -556,7 +556,10 @@ for b in $backends; do
 		[ -f ".ci/k8s/drivers/$b.focus" ] && bfocus=$(grep -v '^#' ".ci/k8s/drivers/$b.focus")
 		# Snapshot and VolumeAttributesClass specs are all [Feature:...]:
 		# their own pass.
-		passes=("External.Storage.*($bfocus)" "External.Storage.*\[Feature:(VolumeSnapshotDataSource|VolumeAttributesClass)\].*($bfocus)")
+		# A definition's focus may match before or after the tag (a
+		# pattern's name comes first, "(block volmode)").
+		feat='\[Feature:(VolumeSnapshotDataSource|VolumeAttributesClass)\]'
+		passes=("External.Storage.*($bfocus)" "External.Storage.*(($bfocus).*$feat|$feat.*($bfocus))")
 	fi
 	for i in "${!passes[@]}"; do
 		f=${passes[i]}
