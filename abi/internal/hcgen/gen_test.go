@@ -1,13 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/wasmcsi/wasmcsi/abi/internal/gencheck"
 )
 
 const (
@@ -22,12 +23,7 @@ func TestUpToDate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for path, src := range files {
-		have, err := os.ReadFile(path)
-		if err != nil || !bytes.Equal(have, src) {
-			t.Errorf("%s is out of date (%v): run go generate ./abi", path, err)
-		}
-	}
+	gencheck.UpToDate(t, files)
 }
 
 // TestDocsAgree checks the family tables of ABI.md (import names) and
@@ -64,27 +60,12 @@ func TestDocsAgree(t *testing.T) {
 // familyTable reads the "| family | host calls ... |" table of a document.
 func familyTable(t *testing.T, path string) map[string][]string {
 	t.Helper()
-	src, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	row := regexp.MustCompile("^\\| `(\\w+)` \\| ([^|]*) \\|")
-	tick := regexp.MustCompile("`(\\w+)`")
 	out := map[string][]string{}
-	in := false
-	for _, l := range strings.Split(string(src), "\n") {
-		switch {
-		case strings.HasPrefix(l, "| family | host calls"):
-			in = true
-		case in && !strings.HasPrefix(l, "|"):
-			in = false
-		case in:
-			if m := row.FindStringSubmatch(l); m != nil {
-				for _, n := range tick.FindAllStringSubmatch(m[2], -1) {
-					out[m[1]] = append(out[m[1]], n[1])
-				}
-				slices.Sort(out[m[1]])
-			}
+	for _, l := range gencheck.Table(t, path, "| family | host calls") {
+		if m := row.FindStringSubmatch(l); m != nil {
+			out[m[1]] = append(out[m[1]], gencheck.Ticked(m[2])...)
+			slices.Sort(out[m[1]])
 		}
 	}
 	if len(out) == 0 {

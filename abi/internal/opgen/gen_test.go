@@ -1,13 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/wasmcsi/wasmcsi/abi/internal/gencheck"
 )
 
 const (
@@ -22,31 +23,7 @@ func TestUpToDate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for path, src := range files {
-		have, err := os.ReadFile(path)
-		if err != nil || !bytes.Equal(have, src) {
-			t.Errorf("%s is out of date (%v): run go generate ./abi", path, err)
-		}
-	}
-}
-
-func readDoc(t *testing.T, path string) []string {
-	t.Helper()
-	src, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Split(string(src), "\n")
-}
-
-var tick = regexp.MustCompile("`(\\w+)`")
-
-func ticked(s string) []string {
-	var out []string
-	for _, m := range tick.FindAllStringSubmatch(s, -1) {
-		out = append(out, m[1])
-	}
-	return out
+	gencheck.UpToDate(t, files)
 }
 
 // TestDocsAgree checks ABI.md's table of operations (export, request and
@@ -68,7 +45,7 @@ func TestDocsAgree(t *testing.T) {
 		want = append(want, "| `"+op.Name+"` | "+msg(op.Req)+" → "+msg(op.Resp)+" |")
 	}
 	row := regexp.MustCompile("^(\\| `\\w+` \\| [^|]* → [^|]* \\|)")
-	for _, l := range readDoc(t, filepath.Join(abiDir, "ABI.md")) {
+	for _, l := range gencheck.Lines(t, filepath.Join(abiDir, "ABI.md")) {
 		if m := row.FindStringSubmatch(l); m != nil {
 			got = append(got, m[1])
 		}
@@ -92,29 +69,22 @@ func TestDocsAgree(t *testing.T) {
 	}
 	cells := regexp.MustCompile("^\\| `(\\w+)`[^|]* \\| ([^|]*) \\| ([^|]*) \\|")
 	seen := map[string]bool{}
-	in := false
-	for _, l := range readDoc(t, filepath.Join(abiDir, "..", "docs", "authoring.md")) {
-		switch {
-		case strings.HasPrefix(l, "| interface | methods | operations"):
-			in = true
-		case in && !strings.HasPrefix(l, "|"):
-			in = false
-		case in:
-			m := cells.FindStringSubmatch(l)
-			if m == nil {
-				continue
-			}
-			w := wantIfaces[m[1]]
-			if w == nil {
-				t.Errorf("authoring.md: interface %s has no operation", m[1])
-				continue
-			}
-			seen[m[1]] = true
-			// The table lists Backend's Info first, as a module author
-			// writes it; compare as sets.
-			if !sameSet(ticked(m[2]), w.methods) || !sameSet(ticked(m[3]), w.ops) {
-				t.Errorf("authoring.md: %s: methods %v, operations %v; declared %v, %v", m[1], ticked(m[2]), ticked(m[3]), w.methods, w.ops)
-			}
+	for _, l := range gencheck.Table(t, filepath.Join(abiDir, "..", "docs", "authoring.md"), "| interface | methods | operations") {
+		m := cells.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		w := wantIfaces[m[1]]
+		if w == nil {
+			t.Errorf("authoring.md: interface %s has no operation", m[1])
+			continue
+		}
+		seen[m[1]] = true
+		// The table lists Backend's Info first, as a module author
+		// writes it; compare as sets.
+		methods, ops := gencheck.Ticked(m[2]), gencheck.Ticked(m[3])
+		if !sameSet(methods, w.methods) || !sameSet(ops, w.ops) {
+			t.Errorf("authoring.md: %s: methods %v, operations %v; declared %v, %v", m[1], methods, ops, w.methods, w.ops)
 		}
 	}
 	for _, name := range order {
