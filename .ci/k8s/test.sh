@@ -111,18 +111,8 @@ start() {
 	names+=("$name")
 }
 
-mounts_under() {
-	awk -v w="$work" '$5 == w || index($5, w "/") == 1 { print length($5) "\t" $5 }' /proc/self/mountinfo |
-		sort -rn | cut -f2-
-}
-loops_on_work() {
-	local f b
-	for f in /sys/block/loop*/loop/backing_file; do
-		[ -r "$f" ] || continue
-		b=$(cat "$f")
-		case "$b" in "$work"/*) f=${f#/sys/block/}; echo "/dev/${f%%/*}" ;; esac
-	done
-}
+. .ci/work.sh
+
 # procs_of_work: processes whose command line names $work (containerd's
 # shims, every component) and every container process (cgroup kubepods).
 procs_of_work() {

@@ -84,21 +84,7 @@ cp bin/modules/*.wasm "$work/bin/modules/"
 t_built=$(date +%s)
 say "built in $((t_built - t0)) s: $nomad"
 
-# mounts_under lists mount points at or below $work, deepest first.
-mounts_under() {
-	awk -v w="$work" '$5 == w || index($5, w "/") == 1 { print length($5) "\t" $5 }' /proc/self/mountinfo |
-		sort -rn | cut -f2-
-}
-
-# loops_on_work lists loop devices whose backing file lies below $work.
-loops_on_work() {
-	local f b
-	for f in /sys/block/loop*/loop/backing_file; do
-		[ -r "$f" ] || continue
-		b=$(cat "$f")
-		case "$b" in "$work"/*) f=${f#/sys/block/}; echo "/dev/${f%%/*}" ;; esac
-	done
-}
+. .ci/work.sh
 
 # procs_of_work lists processes whose command line names $work (the plugin
 # task, consumers' executors) other than this script and the agent.
