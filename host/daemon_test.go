@@ -79,9 +79,10 @@ func (o daemonOptions) modules() []daemonModule {
 	return append([]daemonModule{first}, o.more...)
 }
 
-// startDaemon starts a daemon in a temporary folder; it stops and its
-// folder goes away when the test ends.
-func startDaemon(t testing.TB, o daemonOptions) *daemon {
+// testConfig is the default configuration of a test daemon in a temporary
+// folder of its own (returned, removed when the test ends): its socket,
+// state and modules there, node test-node.
+func testConfig(t testing.TB) (*config.Config, string) {
 	t.Helper()
 	// Short paths: a unix socket path is limited to 108 bytes.
 	dir, err := os.MkdirTemp("", "wcsi-")
@@ -97,6 +98,14 @@ func startDaemon(t testing.TB, o daemonOptions) *daemon {
 	cfg.ModuleDir = filepath.Join(dir, "modules")
 	cfg.CacheDir = filepath.Join(os.TempDir(), "wasmcsi-test-cache")
 	cfg.NodeID = "test-node"
+	return cfg, dir
+}
+
+// startDaemon starts a daemon in a temporary folder; it stops and its
+// folder goes away when the test ends.
+func startDaemon(t testing.TB, o daemonOptions) *daemon {
+	t.Helper()
+	cfg, dir := testConfig(t)
 	if o.nodeID != "" {
 		cfg.NodeID = o.nodeID
 	}

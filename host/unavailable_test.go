@@ -46,19 +46,7 @@ func TestModuleForMissingKernelFeatureTouchesNothing(t *testing.T) {
 		t.Skip("this kernel has device-mapper, so dmthin loads here; the refusal is tested where it has not")
 	}
 	wasm := moduletest.Build(t, "../examples/dmthin", moduletest.Go)
-	dir, err := os.MkdirTemp("", "wcsi-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	cfg, err := config.Load(nil, []string{"CSI_ENDPOINT=unix://" + filepath.Join(dir, "csi.sock")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.StateDir = filepath.Join(dir, "state")
-	cfg.ModuleDir = filepath.Join(dir, "modules")
-	cfg.CacheDir = filepath.Join(os.TempDir(), "wasmcsi-test-cache")
-	cfg.NodeID = "test-node"
+	cfg, dir := testConfig(t)
 	cfg.DefaultBackend = ""
 	cfg.WatchModules = false
 	pool := filepath.Join(dir, "pools", "dmthin")
