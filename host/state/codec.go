@@ -176,6 +176,7 @@ func encodeVolume(v *Volume) ([]byte, error) {
 		e.end(m)
 	}
 	e.strMap(14, v.MutableParameters)
+	e.bool(15, v.Deleting)
 	return e.result()
 }
 
@@ -222,6 +223,8 @@ func decodeVolume(b []byte) (v Volume, err error) {
 			}
 		case 14:
 			err = d.StringMapEntry(t, &v.MutableParameters)
+		case 15:
+			v.Deleting, err = d.Bool(t)
 		default:
 			err = d.Skip(field, t)
 		}
@@ -507,6 +510,43 @@ func decodePublish(b []byte) (v Publish, err error) {
 			v.AccessMode = int32(m)
 		case 12:
 			v.PublishedAt, err = decodeTime(d, t)
+		default:
+			err = d.Skip(field, t)
+		}
+		return err
+	})
+	return v, err
+}
+
+func encodeIntent(v *Intent) ([]byte, error) {
+	e := encoder{b: make([]byte, 0, 256)}
+	e.str(1, v.Key)
+	e.str(2, v.Op)
+	e.str(3, v.Backend)
+	e.b = wire.AppendBytes(e.b, 4, v.Request)
+	e.str(5, v.SourceSnapshotID)
+	e.str(6, v.SourceVolumeID)
+	e.time(7, v.CreatedAt)
+	return e.result()
+}
+
+func decodeIntent(b []byte) (v Intent, err error) {
+	err = decodeFields("Intent", wire.NewDecoder(b), func(d *wire.Decoder, field int, t wire.Type) (err error) {
+		switch field {
+		case 1:
+			v.Key, err = d.String(t)
+		case 2:
+			v.Op, err = d.String(t)
+		case 3:
+			v.Backend, err = d.String(t)
+		case 4:
+			v.Request, err = d.Bytes(t)
+		case 5:
+			v.SourceSnapshotID, err = d.String(t)
+		case 6:
+			v.SourceVolumeID, err = d.String(t)
+		case 7:
+			v.CreatedAt, err = decodeTime(d, t)
 		default:
 			err = d.Skip(field, t)
 		}

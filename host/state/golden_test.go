@@ -54,6 +54,10 @@ func goldenRecords() map[string]func() (enc []byte, check func([]byte) (any, any
 	old := Volume{ID: "v-old", CreatedAt: time.Unix(-5, 7).UTC(), CapacityBytes: -1,
 		Published: map[string]PublishedNode{"n": {Context: map[string]string{"k": "v"}}}} // no Capability: written before it was kept
 
+	deleting := Volume{ID: "v-2", Name: "pvc-2", Backend: "dir", LocalID: "pvc-2", Deleting: true}
+	intent := Intent{Key: "volume/pvc-3", Op: "create_volume", Backend: "dir", Request: []byte{0x0a, 0x05, 'p', 'v', 'c', '-', '3'},
+		SourceSnapshotID: "s-1", SourceVolumeID: "v-1", CreatedAt: at}
+
 	entry := func(v any, enc func() ([]byte, error), dec func([]byte) (any, error)) func() ([]byte, func([]byte) (any, any, error), error) {
 		return func() ([]byte, func([]byte) (any, any, error), error) {
 			b, err := enc()
@@ -61,13 +65,15 @@ func goldenRecords() map[string]func() (enc []byte, check func([]byte) (any, any
 		}
 	}
 	return map[string]func() ([]byte, func([]byte) (any, any, error), error){
-		"volume":       entry(vol, func() ([]byte, error) { return encodeVolume(&vol) }, func(b []byte) (any, error) { return decodeVolume(b) }),
-		"volume-old":   entry(old, func() ([]byte, error) { return encodeVolume(&old) }, func(b []byte) (any, error) { return decodeVolume(b) }),
-		"volume-empty": entry(Volume{}, func() ([]byte, error) { return encodeVolume(&Volume{}) }, func(b []byte) (any, error) { return decodeVolume(b) }),
-		"snapshot":     entry(snap, func() ([]byte, error) { return encodeSnapshot(&snap) }, func(b []byte) (any, error) { return decodeSnapshot(b) }),
-		"group":        entry(group, func() ([]byte, error) { return encodeGroup(&group) }, func(b []byte) (any, error) { return decodeGroup(b) }),
-		"stage":        entry(stage, func() ([]byte, error) { return encodeStage(&stage) }, func(b []byte) (any, error) { return decodeStage(b) }),
-		"publish":      entry(pub, func() ([]byte, error) { return encodePublish(&pub) }, func(b []byte) (any, error) { return decodePublish(b) }),
+		"volume":          entry(vol, func() ([]byte, error) { return encodeVolume(&vol) }, func(b []byte) (any, error) { return decodeVolume(b) }),
+		"volume-old":      entry(old, func() ([]byte, error) { return encodeVolume(&old) }, func(b []byte) (any, error) { return decodeVolume(b) }),
+		"volume-empty":    entry(Volume{}, func() ([]byte, error) { return encodeVolume(&Volume{}) }, func(b []byte) (any, error) { return decodeVolume(b) }),
+		"snapshot":        entry(snap, func() ([]byte, error) { return encodeSnapshot(&snap) }, func(b []byte) (any, error) { return decodeSnapshot(b) }),
+		"group":           entry(group, func() ([]byte, error) { return encodeGroup(&group) }, func(b []byte) (any, error) { return decodeGroup(b) }),
+		"stage":           entry(stage, func() ([]byte, error) { return encodeStage(&stage) }, func(b []byte) (any, error) { return decodeStage(b) }),
+		"volume-deleting": entry(deleting, func() ([]byte, error) { return encodeVolume(&deleting) }, func(b []byte) (any, error) { return decodeVolume(b) }),
+		"intent":          entry(intent, func() ([]byte, error) { return encodeIntent(&intent) }, func(b []byte) (any, error) { return decodeIntent(b) }),
+		"publish":         entry(pub, func() ([]byte, error) { return encodePublish(&pub) }, func(b []byte) (any, error) { return decodePublish(b) }),
 	}
 }
 

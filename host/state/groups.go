@@ -19,7 +19,7 @@ func checkGroup(g *Group) error {
 // PutGroup creates or replaces the volume group snapshot g.ID. The member
 // snapshots are separate records (PutSnapshot). Groups have no name index:
 // the host derives a group's ID from its name, so the ID is the lookup.
-func (s *Store) PutGroup(g Group) error { return groupTable.put(s, g, false) }
+func (s *Store) PutGroup(g Group) error { return groupTable.put(s.write, g, false) }
 
 // GetGroup returns the group with the given ID, or ErrNotFound.
 func (s *Store) GetGroup(id string) (Group, error) { return groupTable.get(s, id) }

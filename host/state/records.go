@@ -30,6 +30,26 @@ type Volume struct {
 	// MutableParameters are the volume's current mutable parameters: those
 	// of CreateVolume with every later ControllerModifyVolume merged in.
 	MutableParameters map[string]string
+
+	// Deleting is set, durably, before DeleteVolume asks the module to
+	// delete the volume; the record goes once the deletion is durable
+	// (host/RATIONALE.md, "Records").
+	Deleting bool
+}
+
+// Intent is an operation the controller logged durably before asking a
+// module to do it, kept until what the module did is durable; start-up
+// finishes the ones it finds (host/RATIONALE.md, "Records").
+type Intent struct {
+	Key     string // what it is about: "volume/" + the CreateVolume name
+	Op      string // the module operation, "create_volume"
+	Backend string
+	Request []byte // the module request, in the abi wire encoding
+	// SourceSnapshotID and SourceVolumeID are the CSI IDs of the content
+	// source, which the module request names only by local references.
+	SourceSnapshotID string
+	SourceVolumeID   string
+	CreatedAt        time.Time
 }
 
 // Capability is one CSI VolumeCapability.

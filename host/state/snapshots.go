@@ -78,11 +78,11 @@ func checkSnapshot(v *Snapshot) error {
 // PutSnapshot creates or replaces the snapshot v.ID with its name and source
 // volume index entries. It fails with ErrNameTaken if v.Name belongs to
 // another snapshot.
-func (s *Store) PutSnapshot(v Snapshot) error { return snapshotTable.put(s, v, false) }
+func (s *Store) PutSnapshot(v Snapshot) error { return snapshotTable.put(s.write, v, false) }
 
 // InsertSnapshot records a new snapshot: as PutSnapshot, but it fails with
 // ErrIDTaken, and writes nothing, when v.ID is already recorded.
-func (s *Store) InsertSnapshot(v Snapshot) error { return snapshotTable.put(s, v, true) }
+func (s *Store) InsertSnapshot(v Snapshot) error { return snapshotTable.put(s.write, v, true) }
 
 // GetSnapshot returns the snapshot with the given ID, or ErrNotFound.
 func (s *Store) GetSnapshot(id string) (Snapshot, error) { return snapshotTable.get(s, id) }

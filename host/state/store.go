@@ -26,6 +26,7 @@
 //	stages           volume ID -> Stage
 //	publishes        uvarint(len(volume ID)) | volume ID | target path -> Publish
 //	ephemeral        the CO's volume ID -> Ephemeral (inline ephemeral volumes)
+//	intents          intent key -> Intent (operations logged before a module runs them)
 //
 // The length prefix in composite keys keeps a volume ID from being a prefix
 // of another key by accident, so a prefix scan finds exactly one volume's
@@ -144,6 +145,7 @@ var (
 	bucketStages         = []byte("stages")
 	bucketPublishes      = []byte("publishes")
 	bucketEphemeral      = []byte("ephemeral")
+	bucketIntents        = []byte("intents")
 
 	keySchema = []byte("schema")
 
@@ -153,6 +155,7 @@ var (
 		bucketMeta, bucketVolumes, bucketVolumeNames, bucketSnapshots,
 		bucketSnapshotNames, bucketSnapshotSource, bucketGroups,
 		bucketGroupNames, bucketStages, bucketPublishes, bucketEphemeral,
+		bucketIntents,
 	}
 )
 
@@ -497,6 +500,7 @@ const (
 	listStages
 	listPublishes
 	listEphemerals
+	listIntents
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -549,7 +553,9 @@ func (s *Store) page(l listing, bucket, prefix []byte, token string, max int, vi
 				next = encodeToken(l, k)
 				return nil
 			}
-			if err := visit(tx, k, v); err != nil {
+			if err := visit(tx, k, v); errors.Is(err, errSkip) {
+				continue
+			} else if err != nil {
 				return err
 			}
 			n++
@@ -558,6 +564,10 @@ func (s *Store) page(l listing, bucket, prefix []byte, token string, max int, vi
 	})
 	return next, err
 }
+
+// errSkip is what a page visitor returns for an entry that the listing
+// leaves out and does not count.
+var errSkip = errors.New("not listed")
 
 // get returns a copy-free view of bucket[key] to decode within a read
 // transaction.

@@ -26,11 +26,16 @@ type table[T any] struct {
 	// to write once the name index is updated.
 	index   func(tx *txn, v *T, old []byte) (apply func() error, err error)
 	unindex func(tx *txn, id string, old []byte) (apply func() error, err error)
+
+	// hidden says a record is being deleted (nil: none ever is): get,
+	// byName and listings answer as if it were gone, getAny and byNameAny
+	// still find it.
+	hidden func(*T) bool
 }
 
 // put records v; with insert it refuses, writing nothing, an ID already
-// recorded.
-func (t *table[T]) put(s *Store, v T, insert bool) error {
+// recorded. write is the Store's write or writeSoon.
+func (t *table[T]) put(write func(func(tx *txn) error) error, v T, insert bool) error {
 	verb := "put"
 	if insert {
 		verb = "insert"
@@ -43,7 +48,7 @@ func (t *table[T]) put(s *Store, v T, insert bool) error {
 	if err != nil {
 		return fmt.Errorf("%s %s %s: %w", verb, t.kind, id, invalid(err))
 	}
-	err = s.write(func(tx *txn) error {
+	err = write(func(tx *txn) error {
 		recs := tx.Bucket(t.bucket)
 		old := recs.Get([]byte(id))
 		if insert && old != nil {
@@ -75,8 +80,19 @@ func (t *table[T]) put(s *Store, v T, insert bool) error {
 	return nil
 }
 
-// get returns the record with the given ID, or ErrNotFound.
+// get returns the record with the given ID, or ErrNotFound, also for a
+// hidden one.
 func (t *table[T]) get(s *Store, id string) (T, error) {
+	v, err := t.getAny(s, id)
+	if err == nil && t.hidden != nil && t.hidden(&v) {
+		var zero T
+		return zero, fmt.Errorf("%s %s: being deleted: %w", t.kind, id, ErrNotFound)
+	}
+	return v, err
+}
+
+// getAny is get that also finds a hidden record.
+func (t *table[T]) getAny(s *Store, id string) (T, error) {
 	var v T
 	found, err := s.get(t.bucket, []byte(id), func(b []byte) (err error) {
 		v, err = t.decodeAt(id, b)
@@ -92,8 +108,19 @@ func (t *table[T]) get(s *Store, id string) (T, error) {
 	return v, nil
 }
 
-// byName returns the record with the given name, or ErrNotFound.
+// byName returns the record with the given name, or ErrNotFound, also for
+// a hidden one.
 func (t *table[T]) byName(s *Store, name string) (T, error) {
+	v, err := t.byNameAny(s, name)
+	if err == nil && t.hidden != nil && t.hidden(&v) {
+		var zero T
+		return zero, fmt.Errorf("%s named %q: being deleted: %w", t.kind, name, ErrNotFound)
+	}
+	return v, err
+}
+
+// byNameAny is byName that also finds a hidden record.
+func (t *table[T]) byNameAny(s *Store, name string) (T, error) {
 	var v T
 	var found bool
 	err := s.view(func(tx *txn) error {
@@ -162,12 +189,16 @@ func (t *table[T]) decodeAt(key string, b []byte) (T, error) {
 	return v, nil
 }
 
-// collect is a page visitor that appends each record to out.
+// collect is a page visitor that appends each record to out, except the
+// hidden ones (errSkip, which page does not count).
 func (t *table[T]) collect(out *[]T) func(_ *txn, k, b []byte) error {
 	return func(_ *txn, k, b []byte) error {
 		v, err := t.decodeAt(string(k), b)
 		if err != nil {
 			return err
+		}
+		if t.hidden != nil && t.hidden(&v) {
+			return errSkip
 		}
 		*out = append(*out, v)
 		return nil

@@ -9,6 +9,7 @@ var volumeTable = &table[Volume]{
 	encode: encodeVolume, decode: decodeVolume, check: checkVolume,
 	id:    func(v *Volume) string { return v.ID },
 	names: bucketVolumeNames, name: func(v *Volume) string { return v.Name }, nameField: volumeNameField,
+	hidden: func(v *Volume) bool { return v.Deleting },
 }
 
 func checkVolume(v *Volume) error {
@@ -23,23 +24,95 @@ func checkVolume(v *Volume) error {
 
 // PutVolume creates or replaces the volume v.ID and its name index entry. It
 // fails with ErrNameTaken if v.Name belongs to another volume.
-func (s *Store) PutVolume(v Volume) error { return volumeTable.put(s, v, false) }
+func (s *Store) PutVolume(v Volume) error { return volumeTable.put(s.write, v, false) }
 
 // InsertVolume records a new volume: as PutVolume, but it fails with
 // ErrIDTaken, and writes nothing, when v.ID is already recorded (under any
 // name), in the same transaction as the write.
-func (s *Store) InsertVolume(v Volume) error { return volumeTable.put(s, v, true) }
+func (s *Store) InsertVolume(v Volume) error { return volumeTable.put(s.write, v, true) }
 
-// GetVolume returns the volume with the given ID, or ErrNotFound.
+// InsertVolumeSoon is InsertVolume that returns once readers see the
+// record, without waiting for the disk: for a record whose intent is
+// logged durably, so that start-up rebuilds it if a crash loses it.
+func (s *Store) InsertVolumeSoon(v Volume) error { return volumeTable.put(s.writeSoon, v, true) }
+
+// GetVolume returns the volume with the given ID, or ErrNotFound, also
+// for a volume marked Deleting.
 func (s *Store) GetVolume(id string) (Volume, error) { return volumeTable.get(s, id) }
 
-// VolumeByName returns the volume with the given name, or ErrNotFound.
+// VolumeByName returns the volume with the given name, or ErrNotFound,
+// also for a volume marked Deleting.
 func (s *Store) VolumeByName(name string) (Volume, error) { return volumeTable.byName(s, name) }
+
+// VolumeRecord is GetVolume that also returns a volume marked Deleting.
+func (s *Store) VolumeRecord(id string) (Volume, error) { return volumeTable.getAny(s, id) }
+
+// VolumeRecordByName is VolumeByName that also returns a volume marked
+// Deleting.
+func (s *Store) VolumeRecordByName(name string) (Volume, error) {
+	return volumeTable.byNameAny(s, name)
+}
+
+// MarkVolumeDeleting sets Deleting on the volume's record and returns
+// once that is durable. From then on the volume is gone to every reader
+// but VolumeRecord, VolumeRecordByName and DeletingVolumes, and it keeps
+// its name until DeleteVolumeSoon removes it.
+func (s *Store) MarkVolumeDeleting(id string) error {
+	err := s.write(func(tx *txn) error {
+		recs := tx.Bucket(bucketVolumes)
+		old := recs.Get([]byte(id))
+		if old == nil {
+			return refuse(ErrNotFound)
+		}
+		v, err := volumeTable.decodeAt(id, old)
+		if err != nil {
+			return err
+		}
+		if v.Deleting {
+			return nil
+		}
+		v.Deleting = true
+		b, err := encodeVolume(&v)
+		if err != nil {
+			return err
+		}
+		return recs.Put([]byte(id), b)
+	})
+	if err != nil {
+		return fmt.Errorf("mark volume %s deleting: %w", id, err)
+	}
+	return nil
+}
+
+// DeletingVolumes returns every volume marked Deleting: the deletions
+// start-up finishes.
+func (s *Store) DeletingVolumes() ([]Volume, error) {
+	var out []Volume
+	_, err := s.page(listVolumes, bucketVolumes, nil, "", 0, func(_ *txn, k, b []byte) error {
+		v, err := volumeTable.decodeAt(string(k), b)
+		if err != nil {
+			return err
+		}
+		if v.Deleting {
+			out = append(out, v)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list volumes being deleted: %w", err)
+	}
+	return out, nil
+}
 
 // DeleteVolume removes the volume and its name index entry, or returns
 // ErrNotFound (which an idempotent DeleteVolume treats as success). Its
 // snapshots stay.
 func (s *Store) DeleteVolume(id string) error { return volumeTable.delete(s.write, id) }
+
+// DeleteVolumeSoon is DeleteVolume that does not wait for the disk: for a
+// volume marked Deleting, whose deletion start-up finishes if a crash
+// loses the removal.
+func (s *Store) DeleteVolumeSoon(id string) error { return volumeTable.delete(s.writeSoon, id) }
 
 // ListVolumes returns up to max volumes (0: all) in ID order, starting at
 // startToken ("" for the first page), and the token of the next page, ""
