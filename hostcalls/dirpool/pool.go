@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
 	"github.com/wasmcsi/wasmcsi/hostcalls/internal/scratch"
 )
 
@@ -184,8 +185,14 @@ func (p *Pool) Create(ctx context.Context, name string, quotaBytes int64) (strin
 			p.removeQuietly(name)
 			return "", wrap("create", name, err)
 		}
-		if err := unix.Fsync(p.fd); err != nil {
-			p.removeQuietly(name)
+	}
+	if created || hostcalls.Deferred(ctx) {
+		// With hostcalls.DirSyncs a repeat records the root too: the
+		// earlier call's mkdir may still wait for its batch.
+		if err := hostcalls.SyncDir(ctx, p.fd, p.root); err != nil {
+			if created {
+				p.removeQuietly(name)
+			}
 			return "", wrap("create", name, err)
 		}
 	}
@@ -228,6 +235,11 @@ func (p *Pool) Remove(ctx context.Context, name string) error {
 	var st unix.Stat_t
 	err := unix.Fstatat(p.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
 	if errors.Is(err, unix.ENOENT) {
+		// With hostcalls.DirSyncs the root is recorded: an earlier
+		// call's rmdir may still wait for its batch.
+		if hostcalls.Deferred(ctx) {
+			return hostcalls.SyncDir(ctx, p.fd, p.root)
+		}
 		return nil
 	}
 	if err != nil {
@@ -243,7 +255,7 @@ func (p *Pool) Remove(ctx context.Context, name string) error {
 	if err := removeTree(ctx, p.fd, name); err != nil {
 		return wrap("remove", name, err)
 	}
-	if err := unix.Fsync(p.fd); err != nil {
+	if err := hostcalls.SyncDir(ctx, p.fd, p.root); err != nil {
 		return wrap("remove", name, err)
 	}
 	if hasProj {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
 	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
 	"github.com/wasmcsi/wasmcsi/hostcalls/internal/scratch"
 )
@@ -127,7 +128,7 @@ func (p *Pool) Create(ctx context.Context, name string, size int64, prealloc boo
 		return fmt.Errorf("create %s: %w", name, err)
 	}
 	if exists {
-		return nil
+		return p.syncRoot(ctx, "create "+name, false)
 	}
 	err = p.build(ctx, name, true, func(tmp *os.File) error {
 		if prealloc {
@@ -220,14 +221,26 @@ func (p *Pool) Remove(ctx context.Context, name string) error {
 	err := unix.Unlinkat(p.dirFD(), name, 0)
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		return nil
+		return p.syncRoot(ctx, "remove "+name, false)
 	case errors.Is(err, unix.EISDIR):
 		return fmt.Errorf("remove %s: %w", name, abi.Errorf(abi.InvalidArgument, "not a file"))
 	case err != nil:
 		return fmt.Errorf("remove %s: %w", name, codeErr(err, err.Error()))
 	}
-	if err := p.dir.Sync(); err != nil {
-		return fmt.Errorf("remove %s: sync root: %w", name, err)
+	return p.syncRoot(ctx, "remove "+name, true)
+}
+
+// syncRoot makes a change to the root's entries durable, now or, when ctx
+// carries hostcalls.DirSyncs, in its owner's batch. A call that changed
+// nothing (changed false) syncs nothing, but with DirSyncs still records
+// the root: it may have found the change of an earlier call whose sync is
+// still to come.
+func (p *Pool) syncRoot(ctx context.Context, what string, changed bool) error {
+	if !changed && !hostcalls.Deferred(ctx) {
+		return nil
+	}
+	if err := hostcalls.SyncDir(ctx, p.dirFD(), p.root); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
@@ -342,10 +355,7 @@ func (p *Pool) build(ctx context.Context, name string, metadataOnly bool, fill f
 	if err := p.link(tmp, name); err != nil {
 		return err
 	}
-	if err := p.dir.Sync(); err != nil {
-		return fmt.Errorf("sync root: %w", err)
-	}
-	return nil
+	return p.syncRoot(ctx, "sync root", true)
 }
 
 // temp is a file being built: unnamed (O_TMPFILE), or where the filesystem
