@@ -51,6 +51,11 @@ func goldenRecords() map[string]func() (enc []byte, check func([]byte) (any, any
 	pub := Publish{VolumeID: "v-1", TargetPath: "/pods/x/mount", StagingPath: "/staging/v-1", ReadOnly: true,
 		Block: true, MountFlags: []string{"ro", "bind"}, Backend: "loop", Device: "/dev/loop4", FsType: "xfs",
 		Context: map[string]string{"k": "v"}, AccessMode: 5, PublishedAt: at}
+	eph := Ephemeral{COVolumeID: "csi-inline-1", Phase: EphemeralPublished, Backend: "localdir", Name: "ephemeral-csi-inline-1",
+		Parameters: map[string]string{"size": "1Gi"}, RequiredBytes: 1 << 30,
+		Capability: Capability{FsType: "ext4", MountFlags: []string{"noatime"}, AccessMode: 1}, ReadOnly: true,
+		TargetPath: "/pods/y/mount", StagingPath: "/staging/e-1", VolumeID: "v-2", CapacityBytes: 2 << 30,
+		Context: map[string]string{"k": "v"}, CreatedAt: at}
 	old := Volume{ID: "v-old", CreatedAt: time.Unix(-5, 7).UTC(), CapacityBytes: -1,
 		Published: map[string]PublishedNode{"n": {Context: map[string]string{"k": "v"}}}} // no Capability: written before it was kept
 
@@ -74,6 +79,7 @@ func goldenRecords() map[string]func() (enc []byte, check func([]byte) (any, any
 		"volume-deleting": entry(deleting, func() ([]byte, error) { return encodeVolume(&deleting) }, func(b []byte) (any, error) { return decodeVolume(b) }),
 		"intent":          entry(intent, func() ([]byte, error) { return encodeIntent(&intent) }, func(b []byte) (any, error) { return decodeIntent(b) }),
 		"publish":         entry(pub, func() ([]byte, error) { return encodePublish(&pub) }, func(b []byte) (any, error) { return decodePublish(b) }),
+		"ephemeral":       entry(eph, func() ([]byte, error) { return encodeEphemeral(&eph) }, func(b []byte) (any, error) { return decodeEphemeral(b) }),
 	}
 }
 
