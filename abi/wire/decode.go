@@ -225,6 +225,54 @@ func (d *Decoder) StringMapEntry(t Type, dst *map[string]string) error {
 	return nil
 }
 
+// RepeatedStringMap reads one element of a field AppendStringMaps wrote
+// onto *dst. An empty element reads as an empty map, not nil, so that the
+// count survives.
+func (d *Decoder) RepeatedStringMap(t Type, dst *[]map[string]string) error {
+	body, err := d.Message(t)
+	if err != nil {
+		return err
+	}
+	m := map[string]string{}
+	for !body.Done() {
+		field, ft, err := body.Next()
+		if err != nil {
+			return err
+		}
+		if field == 1 {
+			err = body.StringMapEntry(ft, &m)
+		} else {
+			err = body.Skip(field, ft)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	*dst = append(*dst, m)
+	return nil
+}
+
+// FindString returns the string in field of the message d reads (its last
+// occurrence; "" when it has none) without consuming d: for a reader that
+// needs one field, such as an index key, and not the whole message.
+func FindString(d Decoder, field int) (v string, err error) {
+	for !d.Done() {
+		f, t, err := d.Next()
+		if err != nil {
+			return "", err
+		}
+		if f == field {
+			v, err = d.String(t)
+		} else {
+			err = d.Skip(f, t)
+		}
+		if err != nil {
+			return "", err
+		}
+	}
+	return v, nil
+}
+
 // ReadPacked reads one occurrence of a repeated integer field onto dst:
 // either a packed run (wire type Bytes) or a single varint, since protobuf
 // writers may send either.

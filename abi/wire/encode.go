@@ -3,6 +3,7 @@ package wire
 import (
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Integer is every type a varint field may hold, named enums included.
@@ -136,6 +137,50 @@ func AppendStringMap(b []byte, field int, m map[string]string) []byte {
 		b = append(b, e.v...)
 	}
 	return b
+}
+
+// AppendStringMaps appends one nested message per element of ms, holding
+// the element as map field 1; empty elements are written too, so that the
+// count survives.
+func AppendStringMaps(b []byte, field int, ms []map[string]string) []byte {
+	for _, m := range ms {
+		var mark int
+		b, mark = BeginMessage(b, field)
+		b = EndMessage(AppendStringMap(b, 1, m), mark)
+	}
+	return b
+}
+
+// SortedKeys returns the keys of m in order: encoders of maps walk them so
+// that equal maps encode to equal bytes.
+func SortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// ValidStrings reports whether every element of vs is valid UTF-8, as the
+// Decoder requires of strings.
+func ValidStrings(vs []string) bool {
+	for _, s := range vs {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidStringMap reports whether every key and value of m is valid UTF-8.
+func ValidStringMap(m map[string]string) bool {
+	for k, v := range m {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return false
+		}
+	}
+	return true
 }
 
 // entry is one element of a map being encoded.

@@ -26,7 +26,7 @@ func Generate(dir string, opt Options) (*Output, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := p.resolve(); err != nil {
+	if err := p.resolve(opt); err != nil {
 		return nil, err
 	}
 	out := &Output{Files: map[string][]byte{}}
@@ -35,7 +35,7 @@ func Generate(dir string, opt Options) (*Output, error) {
 			continue
 		}
 		name := strings.TrimSuffix(sf.Name, ".go") + "_wire.go"
-		src, err := emitFile(p.Name, opt.WireImport, sf.Messages)
+		src, err := emitFile(p.Name, opt, sf.Messages)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", filepath.Join(dir, name), err)
 		}
@@ -82,13 +82,24 @@ func (o *Output) Write(dir string) error {
 }
 
 // emitFile writes the codec of msgs and formats it.
-func emitFile(pkgName, wireImport string, msgs []*message) ([]byte, error) {
-	var w bytes.Buffer
-	fmt.Fprintf(&w, "%s\n\npackage %s\n\nimport %q\n", header, pkgName, wireImport)
+func emitFile(pkgName string, opt Options, msgs []*message) ([]byte, error) {
+	var body bytes.Buffer
+	usesUTF8 := false
 	for _, m := range msgs {
-		emitAppend(&w, m)
-		emitUnmarshal(&w, m)
+		emitAppend(&body, m)
+		emitUnmarshal(&body, m)
+		if opt.CheckUTF8 {
+			usesUTF8 = emitValid(&body, m) || usesUTF8
+		}
 	}
+	var w bytes.Buffer
+	fmt.Fprintf(&w, "%s\n\npackage %s\n\n", header, pkgName)
+	if usesUTF8 {
+		fmt.Fprintf(&w, "import (\n%q\n\n%q\n)\n", "unicode/utf8", opt.WireImport)
+	} else {
+		fmt.Fprintf(&w, "import %q\n", opt.WireImport)
+	}
+	w.Write(body.Bytes())
 	src, err := format.Source(w.Bytes())
 	if err != nil {
 		return nil, fmt.Errorf("format generated code: %w\n%s", err, w.Bytes())
@@ -105,7 +116,7 @@ func emitAppend(w *bytes.Buffer, m *message) {
 	}
 	fmt.Fprintf(w, "if m == nil {\nreturn b\n}\n")
 	for _, f := range m.Fields {
-		if f.Kind >= kMsg {
+		if f.Kind >= kMsg && f.Kind <= kMsgPtrs || f.Kind == kKeyedMap {
 			fmt.Fprintf(w, "var mark int\n")
 			break
 		}
@@ -141,6 +152,16 @@ func emitAppend(w *bytes.Buffer, m *message) {
 		case kMsgPtrs:
 			fmt.Fprintf(w, "for _, e := range %s {\n", v)
 			fmt.Fprintf(w, "b, mark = wire.BeginMessage(b, %d)\n", f.Number)
+			fmt.Fprintf(w, "b = wire.EndMessage(e.AppendWire(b), mark)\n}\n")
+		case kTime:
+			fmt.Fprintf(w, "b = wire.AppendTime(b, %d, %s)\n", f.Number, v)
+		case kStringMaps:
+			fmt.Fprintf(w, "b = wire.AppendStringMaps(b, %d, %s)\n", f.Number, v)
+		case kKeyedMap:
+			fmt.Fprintf(w, "for _, k := range wire.SortedKeys(%s) {\n", v)
+			fmt.Fprintf(w, "e := %s[k]\n", v)
+			fmt.Fprintf(w, "b, mark = wire.BeginMessage(b, %d)\n", f.Number)
+			fmt.Fprintf(w, "b = wire.AppendString(b, %d, k)\n", keyField)
 			fmt.Fprintf(w, "b = wire.EndMessage(e.AppendWire(b), mark)\n}\n")
 		}
 	}
@@ -194,10 +215,61 @@ func emitUnmarshal(w *bytes.Buffer, m *message) {
 				fmt.Fprintf(w, "e := new(%s)\nerr = e.decodeWire(&sub)\n%s = append(%s, e)\n", f.Elem, v, v)
 			}
 			fmt.Fprintf(w, "}\n")
+		case kTime:
+			fmt.Fprintf(w, "%s, err = d.Time(typ)\n", v)
+		case kStringMaps:
+			fmt.Fprintf(w, "err = d.RepeatedStringMap(typ, &%s)\n", v)
+		case kKeyedMap:
+			// The value's decoder skips the key's field as unknown.
+			fmt.Fprintf(w, "var sub wire.Decoder\nif sub, err = d.Message(typ); err == nil {\n")
+			fmt.Fprintf(w, "var k string\nif k, err = wire.FindString(sub, %d); err == nil {\n", keyField)
+			fmt.Fprintf(w, "var e %s\nif err = e.decodeWire(&sub); err == nil {\n", f.Elem)
+			fmt.Fprintf(w, "if %s == nil {\n%s = make(map[string]%s)\n}\n", v, v, f.Elem)
+			fmt.Fprintf(w, "%s[k] = e\n}\n}\n}\n", v)
 		}
 	}
 	fmt.Fprintf(w, "default:\nerr = d.Skip(field, typ)\n}\n")
 	fmt.Fprintf(w, "if err != nil {\nreturn wire.Wrap(%q, field, err)\n}\n}\nreturn nil\n}\n", m.Name)
+}
+
+// emitValid writes m's ValidUTF8 method and reports whether it calls
+// package utf8.
+func emitValid(w *bytes.Buffer, m *message) (usesUTF8 bool) {
+	fmt.Fprintf(w, "\n// ValidUTF8 reports whether every string in m is valid UTF-8, as UnmarshalWire requires.\n")
+	fmt.Fprintf(w, "func (m *%s) ValidUTF8() bool {\n", m.Name)
+	var checks bytes.Buffer
+	for _, f := range m.Fields {
+		v := "m." + f.Name
+		switch f.Kind {
+		case kString:
+			if f.Named != "" {
+				v = "string(" + v + ")"
+			}
+			fmt.Fprintf(&checks, "if !utf8.ValidString(%s) {\nreturn false\n}\n", v)
+			usesUTF8 = true
+		case kStrings:
+			fmt.Fprintf(&checks, "if !wire.ValidStrings(%s) {\nreturn false\n}\n", v)
+		case kMap:
+			fmt.Fprintf(&checks, "if !wire.ValidStringMap(%s) {\nreturn false\n}\n", v)
+		case kStringMaps:
+			fmt.Fprintf(&checks, "for _, e := range %s {\nif !wire.ValidStringMap(e) {\nreturn false\n}\n}\n", v)
+		case kMsg, kMsgPtr:
+			fmt.Fprintf(&checks, "if !%s.ValidUTF8() {\nreturn false\n}\n", v)
+		case kMsgs:
+			fmt.Fprintf(&checks, "for i := range %s {\nif !%s[i].ValidUTF8() {\nreturn false\n}\n}\n", v, v)
+		case kMsgPtrs:
+			fmt.Fprintf(&checks, "for _, e := range %s {\nif !e.ValidUTF8() {\nreturn false\n}\n}\n", v)
+		case kKeyedMap:
+			fmt.Fprintf(&checks, "for k, e := range %s {\nif !utf8.ValidString(k) || !e.ValidUTF8() {\nreturn false\n}\n}\n", v)
+			usesUTF8 = true
+		}
+	}
+	if checks.Len() > 0 {
+		fmt.Fprintf(w, "if m == nil {\nreturn true\n}\n")
+		w.Write(checks.Bytes())
+	}
+	fmt.Fprintf(w, "return true\n}\n")
+	return usesUTF8
 }
 
 // scalarNames returns the codec function suffix and Go type of a scalar kind.

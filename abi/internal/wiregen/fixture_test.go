@@ -26,23 +26,36 @@ const fixtureDir = "testdata/fixture"
 // committed *_wire.go files, which this test package compiles against.
 // After an intended change of the output: go test ./abi/internal/wiregen -update
 func TestGolden(t *testing.T) {
-	out, err := Generate(fixtureDir, Options{})
+	for _, fx := range []struct {
+		dir   string
+		opt   Options
+		files []string
+	}{
+		{fixtureDir, Options{}, []string{"compat_wire.go", "fixture_wire.go"}}, // plain.go declares no messages
+		{recordsDir, Options{CheckUTF8: true}, []string{"records_wire.go"}},
+	} {
+		golden(t, fx.dir, fx.opt, fx.files)
+	}
+}
+
+func golden(t *testing.T, dir string, opt Options, files []string) {
+	out, err := Generate(dir, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := sortedKeys(out.Files), []string{"compat_wire.go", "fixture_wire.go"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("generated %v, want %v (plain.go declares no messages)", got, want)
+	if got := sortedKeys(out.Files); !reflect.DeepEqual(got, files) {
+		t.Fatalf("%s: generated %v, want %v", dir, got, files)
 	}
 	if len(out.Stale) != 0 {
-		t.Fatalf("stale files %v in the fixture", out.Stale)
+		t.Fatalf("stale files %v in %s", out.Stale, dir)
 	}
 	if *update {
-		if err := out.Write(fixtureDir); err != nil {
+		if err := out.Write(dir); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for name, src := range out.Files {
-		golden, err := os.ReadFile(filepath.Join(fixtureDir, name))
+		golden, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
 		}

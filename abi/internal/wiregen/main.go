@@ -5,6 +5,9 @@
 //
 //	//go:generate go run ./internal/wiregen .
 //
+// With -utf8 it also writes a ValidUTF8 method per struct (host/state's
+// records use it).
+//
 // It reads source with go/parser and go/ast only; the code it writes uses no
 // reflection. It must never write anything but *_wire.go files carrying its
 // own header, and never remove a file it did not generate.
@@ -29,8 +32,9 @@ func run(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("wiregen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	wireImport := fs.String("wire", DefaultWireImport, "import path of the wire codec package")
+	checkUTF8 := fs.Bool("utf8", false, "also write ValidUTF8 methods, for writers that must refuse invalid strings")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: wiregen [-wire importpath] [dir]")
+		fmt.Fprintln(stderr, "usage: wiregen [-wire importpath] [-utf8] [dir]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -45,7 +49,7 @@ func run(args []string, stderr io.Writer) error {
 		fs.Usage()
 		return fmt.Errorf("want at most one directory, got %d arguments", fs.NArg())
 	}
-	out, err := Generate(dir, Options{WireImport: *wireImport})
+	out, err := Generate(dir, Options{WireImport: *wireImport, CheckUTF8: *checkUTF8})
 	if err != nil {
 		return err
 	}

@@ -31,33 +31,43 @@ const maxField = 1<<29 - 1
 type Options struct {
 	// WireImport is the import path of the codec package.
 	WireImport string
+	// CheckUTF8 adds a ValidUTF8 method to every message, for writers that
+	// must refuse what UnmarshalWire would refuse before they keep it.
+	CheckUTF8 bool
 }
 
 // kind is how one field is encoded.
 type kind int
 
 const (
-	kString  kind = iota // string or a named string type
-	kBool                // bool or a named bool type
-	kInt32               // int32 or a named int32 type, and so on
-	kInt64               //
-	kUint32              //
-	kUint64              //
-	kBytes               // []byte
-	kStrings             // []string
-	kPacked              // []int32, []int64, []uint32, []uint64 or named integers
-	kMap                 // map[string]string
-	kMsg                 // S
-	kMsgPtr              // *S
-	kMsgs                // []S
-	kMsgPtrs             // []*S
+	kString     kind = iota // string or a named string type
+	kBool                   // bool or a named bool type
+	kInt32                  // int32 or a named int32 type, and so on
+	kInt64                  //
+	kUint32                 //
+	kUint64                 //
+	kBytes                  // []byte
+	kStrings                // []string
+	kPacked                 // []int32, []int64, []uint32, []uint64 or named integers
+	kMap                    // map[string]string
+	kMsg                    // S
+	kMsgPtr                 // *S
+	kMsgs                   // []S
+	kMsgPtrs                // []*S
+	kTime                   // time.Time
+	kStringMaps             // []map[string]string
+	kKeyedMap               // map[string]S, the key as field 1 of S's message
 )
+
+// keyField is the field number a map[string]S keeps its key in, inside the
+// message of each value; S must not use it.
+const keyField = 1
 
 // locals are the identifiers the generated methods declare; a type the
 // methods name must not be called like one of them.
 var locals = map[string]bool{
 	"m": true, "b": true, "d": true, "field": true, "typ": true, "err": true,
-	"v": true, "e": true, "i": true, "mark": true, "sub": true,
+	"v": true, "e": true, "i": true, "mark": true, "sub": true, "k": true,
 }
 
 // fileScope are the names the generated files use at package level: the
@@ -92,6 +102,7 @@ type sourceFile struct {
 	Name     string // base name
 	AST      *ast.File
 	Messages []*message
+	Imports  map[string]string // import path by the name the file uses
 }
 
 // pkg is what the generator knows of the package.
@@ -144,7 +155,7 @@ func loadPackage(dir string) (*pkg, error) {
 		} else if f.Name.Name != p.Name {
 			return nil, fmt.Errorf("%s: package %s, but other files are in package %s", path, f.Name.Name, p.Name)
 		}
-		p.Files = append(p.Files, &sourceFile{Name: name, AST: f})
+		p.Files = append(p.Files, &sourceFile{Name: name, AST: f, Imports: imports(f)})
 		for _, decl := range f.Decls {
 			switch decl := decl.(type) {
 			case *ast.FuncDecl:
@@ -167,6 +178,23 @@ func loadPackage(dir string) (*pkg, error) {
 		}
 	}
 	return p, nil
+}
+
+// imports maps the names f refers to its imports by to their paths.
+func imports(f *ast.File) map[string]string {
+	m := map[string]string{}
+	for _, spec := range f.Imports {
+		path, err := strconv.Unquote(spec.Path.Value)
+		if err != nil {
+			continue
+		}
+		name := path[strings.LastIndex(path, "/")+1:]
+		if spec.Name != nil {
+			name = spec.Name.Name
+		}
+		m[name] = path
+	}
+	return m
 }
 
 // ignored reports whether f is excluded from every build by a
@@ -225,7 +253,7 @@ func wireTag(f *ast.Field) (string, bool) {
 
 // resolve collects the messages of every file. All errors are reported
 // together, each naming file:line.
-func (p *pkg) resolve() error {
+func (p *pkg) resolve(opt Options) error {
 	var errs []error
 	for _, sf := range p.Files {
 		for _, decl := range sf.AST.Decls {
@@ -243,7 +271,7 @@ func (p *pkg) resolve() error {
 					errs = append(errs, p.errorf(ts.Pos(), "%s: a message cannot be an alias or generic", ts.Name.Name))
 					continue
 				}
-				m, err := p.message(ts.Name.Name, st)
+				m, err := p.message(ts.Name.Name, st, sf.Imports)
 				if err != nil {
 					errs = append(errs, err)
 					continue
@@ -252,14 +280,46 @@ func (p *pkg) resolve() error {
 			}
 		}
 	}
+	errs = append(errs, p.checkKeyedMaps()...)
 	if len(errs) == 0 && p.hasMessages() {
-		for _, name := range fileScope {
+		scope := fileScope
+		if opt.CheckUTF8 {
+			scope = append(scope[:len(scope):len(scope)], "utf8")
+		}
+		for _, name := range scope {
 			if pos, ok := p.Names[name]; ok {
 				errs = append(errs, p.errorf(pos, "package-level name %s clashes with the generated code", name))
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkKeyedMaps refuses a map[string]S whose S uses the key's field number.
+func (p *pkg) checkKeyedMaps() []error {
+	byName := map[string]*message{}
+	for _, sf := range p.Files {
+		for _, m := range sf.Messages {
+			byName[m.Name] = m
+		}
+	}
+	var errs []error
+	for _, sf := range p.Files {
+		for _, m := range sf.Messages {
+			for _, f := range m.Fields {
+				if f.Kind != kKeyedMap || byName[f.Elem] == nil {
+					continue
+				}
+				for _, vf := range byName[f.Elem].Fields {
+					if vf.Number == keyField {
+						errs = append(errs, fmt.Errorf("%s: %s.%s: map value %s uses field number %d, which holds the key (%s.%s at %s)",
+							shortPos(f.Pos), m.Name, f.Name, f.Elem, keyField, f.Elem, vf.Name, shortPos(vf.Pos)))
+					}
+				}
+			}
+		}
+	}
+	return errs
 }
 
 func (p *pkg) hasMessages() bool {
@@ -271,7 +331,7 @@ func (p *pkg) hasMessages() bool {
 	return false
 }
 
-func (p *pkg) message(name string, st *ast.StructType) (*message, error) {
+func (p *pkg) message(name string, st *ast.StructType, imports map[string]string) (*message, error) {
 	m := &message{Name: name}
 	var errs []error
 	if locals[name] {
@@ -296,7 +356,7 @@ func (p *pkg) message(name string, st *ast.StructType) (*message, error) {
 			errs = append(errs, p.errorf(f.Pos(), "%s.%s: wire tag %q is not a field number in 1..%d", name, f.Names[0].Name, tag, maxField))
 			continue
 		}
-		fd, err := p.fieldType(f.Type)
+		fd, err := p.fieldType(f.Type, imports)
 		if err == nil && (locals[fd.Elem] || locals[fd.Named]) {
 			err = fmt.Errorf("type name %s clashes with a local name of the generated code", fd.Elem+fd.Named)
 		}
@@ -319,9 +379,14 @@ func (p *pkg) message(name string, st *ast.StructType) (*message, error) {
 	return m, errors.Join(errs...)
 }
 
-// fieldType classifies a field's type expression.
-func (p *pkg) fieldType(expr ast.Expr) (field, error) {
+// fieldType classifies a field's type expression; imports are those of the
+// file declaring it.
+func (p *pkg) fieldType(expr ast.Expr, imports map[string]string) (field, error) {
 	switch t := expr.(type) {
+	case *ast.SelectorExpr:
+		if x, ok := t.X.(*ast.Ident); ok && imports[x.Name] == "time" && t.Sel.Name == "Time" {
+			return field{Kind: kTime}, nil
+		}
 	case *ast.Ident:
 		if k, ok := basics[t.Name]; ok && !p.declared(t.Name) {
 			return field{Kind: k}, nil
@@ -360,15 +425,29 @@ func (p *pkg) fieldType(expr ast.Expr) (field, error) {
 			if id, ok := e.X.(*ast.Ident); ok && p.isMessageType(id.Name) {
 				return field{Kind: kMsgPtrs, Elem: id.Name}, nil
 			}
+		case *ast.MapType:
+			if p.isStringMap(e) {
+				return field{Kind: kStringMaps}, nil
+			}
 		}
 	case *ast.MapType:
+		if p.isStringMap(t) {
+			return field{Kind: kMap}, nil
+		}
 		k, kok := t.Key.(*ast.Ident)
 		v, vok := t.Value.(*ast.Ident)
-		if kok && vok && k.Name == "string" && v.Name == "string" && !p.declared("string") {
-			return field{Kind: kMap}, nil
+		if kok && vok && k.Name == "string" && !p.declared("string") && p.isMessageType(v.Name) {
+			return field{Kind: kKeyedMap, Elem: v.Name}, nil
 		}
 	}
 	return field{}, fmt.Errorf("unsupported type %s", types.ExprString(expr))
+}
+
+// isStringMap reports whether t is map[string]string.
+func (p *pkg) isStringMap(t *ast.MapType) bool {
+	k, kok := t.Key.(*ast.Ident)
+	v, vok := t.Value.(*ast.Ident)
+	return kok && vok && k.Name == "string" && v.Name == "string" && !p.declared("string")
 }
 
 func isInteger(k kind) bool { return k >= kInt32 && k <= kUint64 }
