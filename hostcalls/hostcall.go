@@ -153,3 +153,28 @@ func PoolPair(env *Env, source, target, what string) (root, src, dst string, err
 	}
 	return srcRoot, src, dst, nil
 }
+
+// Device is a block device a module named for the host to stage.
+type Device struct {
+	// Path is the device as the module named it: absolute, maybe a link
+	// (/dev/mapper/…, /dev/disk/by-path/…).
+	Path string
+	// Real is Path with its links resolved, a block device node; "" when
+	// the question is asked of the name alone, before the host looks at
+	// the node (a name inside a granted /dev root is enough).
+	Real string
+}
+
+// DeviceOwner is implemented by a family whose host calls make block
+// devices (loop, dm, iscsi). The host stages a device a module names only
+// when a family answers that its grants explain it, so a module cannot hand
+// a workload the host's own disks; each family knows its own devices, and
+// a new one needs no change to the host.
+type DeviceOwner interface {
+	// OwnsDevice reports whether d is one of the family's devices that
+	// roots (the module's granted roots) cover, and an identity that tells
+	// this device from another a reboot or rescan later puts under the same
+	// name ("" when the family has none). An error means the family could
+	// not tell.
+	OwnsDevice(ctx context.Context, d Device, roots []string) (identity string, owned bool, err error)
+}

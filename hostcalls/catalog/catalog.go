@@ -56,6 +56,14 @@ func New(o Options) (map[string]hostcalls.Func, error) {
 	return out, nil
 }
 
+// DeviceOwners returns every family that makes block devices, each of
+// which answers whether a device a module names is its own (see
+// hostcalls.DeviceOwner); the host stages only a device one of them
+// claims. A family that makes devices is added here too.
+func DeviceOwners() []hostcalls.DeviceOwner {
+	return []hostcalls.DeviceOwner{loop.Devices, dm.Devices, iscsi.Devices}
+}
+
 // All returns every stateless host call (all but the iscsi family), for
 // tests and tools that run modules outside the daemon.
 func All() map[string]hostcalls.Func {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls/internal/sysattr"
 )
 
 // Options tune an Initiator. The zero value of every field picks the default
@@ -89,7 +90,7 @@ func (o *Options) setDefaults() {
 type Initiator struct {
 	opt   Options
 	adm   runner
-	sys   sysfs
+	sys   Sysfs
 	users *users
 
 	// locks serializes operations per session.
@@ -118,7 +119,7 @@ func New(stateDir string, opts *Options) (*Initiator, error) {
 	return &Initiator{
 		opt:   o,
 		adm:   runner{prog: o.Iscsiadm, timeout: o.CommandTimeout},
-		sys:   sysfs{root: o.Sysfs},
+		sys:   Sysfs{Root: o.Sysfs},
 		users: u,
 		locks: map[sessionKey]chan struct{}{},
 	}, nil
@@ -410,7 +411,7 @@ func (in *Initiator) deleteLUN(ks kernelSession, lun int) error {
 			return err
 		}
 	}
-	if err := writeAttr(filepath.Join(d.Dir, "delete"), "1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := sysattr.Write(filepath.Join(d.Dir, "delete"), "1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("delete SCSI device %s: %w", filepath.Base(d.Dir), err)
 	}
 	return nil
@@ -482,7 +483,7 @@ func (in *Initiator) Rescan(ctx context.Context, t Target) (int64, error) {
 	if !ok || d.Block == "" {
 		return 0, abi.Errorf(abi.NotFound, "rescan "+k.String()+": LUN "+strconv.Itoa(t.LUN)+" has no device")
 	}
-	if err := writeAttr(filepath.Join(d.Dir, "rescan"), "1"); err != nil {
+	if err := sysattr.Write(filepath.Join(d.Dir, "rescan"), "1"); err != nil {
 		return 0, fmt.Errorf("rescan %s LUN %d: %w", k, t.LUN, err)
 	}
 	return in.sys.size(d.Block)

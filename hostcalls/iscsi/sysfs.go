@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/wasmcsi/wasmcsi/hostcalls/internal/sysattr"
 )
 
 // kernelSession is one iSCSI session as sysfs shows it.
@@ -32,14 +34,17 @@ type lunDevice struct {
 	Block string // kernel block device name (sdX), "" while sd has not attached it
 }
 
-// sysfs reads iSCSI sessions and their SCSI devices under a sysfs root.
-type sysfs struct{ root string }
+// Sysfs reads iSCSI sessions and their SCSI devices under a sysfs mount
+// (Root, "/sys" on a host). It is the one reader of the initiator's sysfs:
+// the initiator finds its sessions and LUNs with it, and Devices tells a
+// module's iSCSI disks from others with it.
+type Sysfs struct{ Root string }
 
-func (s sysfs) path(p ...string) string { return filepath.Join(append([]string{s.root}, p...)...) }
+func (s Sysfs) path(p ...string) string { return filepath.Join(append([]string{s.Root}, p...)...) }
 
 // sessions lists every iSCSI session. Sessions that vanish while being read
 // are skipped: sysfs is a live view.
-func (s sysfs) sessions() ([]kernelSession, error) {
+func (s Sysfs) sessions() ([]kernelSession, error) {
 	ents, err := os.ReadDir(s.path("class", "iscsi_session"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil // no iscsi transport loaded: no sessions
@@ -67,7 +72,7 @@ func (s sysfs) sessions() ([]kernelSession, error) {
 }
 
 // session reads session n.
-func (s sysfs) session(n int) (kernelSession, error) {
+func (s Sysfs) session(n int) (kernelSession, error) {
 	name := "session" + strconv.Itoa(n)
 	dir := s.path("class", "iscsi_session", name)
 	ks := kernelSession{ID: n}
@@ -82,23 +87,9 @@ func (s sysfs) session(n int) (kernelSession, error) {
 	if v, err := readAttr(dir, "target_id"); err == nil {
 		ks.TargetID, _ = strconv.Atoi(v)
 	}
-	conn := s.path("class", "iscsi_connection", "connection"+strconv.Itoa(n)+":0")
-	if ks.Address, err = readAttr(conn, "persistent_address"); err != nil {
+	if ks.Address, ks.Key.Portal, err = s.portal(n); err != nil {
 		return ks, err
 	}
-	port, err := readAttr(conn, "persistent_port")
-	if err != nil {
-		return ks, err
-	}
-	addr, err := netip.ParseAddr(ks.Address)
-	if err != nil {
-		return ks, fmt.Errorf("%s: address %q: %w", name, ks.Address, err)
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		return ks, fmt.Errorf("%s: port %q: %w", name, port, err)
-	}
-	ks.Key.Portal = netip.AddrPortFrom(addr.Unmap(), uint16(p))
 	if ks.devDir, err = filepath.EvalSymlinks(filepath.Join(dir, "device")); err != nil {
 		return ks, err
 	}
@@ -109,10 +100,66 @@ func (s sysfs) session(n int) (kernelSession, error) {
 	return ks, nil
 }
 
+// portal reads the portal session n is connected to: the address as the
+// kernel prints it, and parsed (IPv4-mapped addresses unmapped).
+func (s Sysfs) portal(n int) (string, netip.AddrPort, error) {
+	conn := s.path("class", "iscsi_connection", "connection"+strconv.Itoa(n)+":0")
+	address, err := readAttr(conn, "persistent_address")
+	if err != nil {
+		return "", netip.AddrPort{}, err
+	}
+	port, err := readAttr(conn, "persistent_port")
+	if err != nil {
+		return "", netip.AddrPort{}, err
+	}
+	addr, err := netip.ParseAddr(address)
+	if err != nil {
+		return "", netip.AddrPort{}, fmt.Errorf("session%d: address %q: %w", n, address, err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return "", netip.AddrPort{}, fmt.Errorf("session%d: port %q: %w", n, port, err)
+	}
+	return address, netip.AddrPortFrom(addr.Unmap(), uint16(p)), nil
+}
+
+// DiskPortal returns the portal of the iSCSI session whose disk the block
+// device block (its kernel name, sdX) is; ok is false for a disk of no
+// iSCSI session.
+func (s Sysfs) DiskPortal(block string) (portal netip.AddrPort, ok bool, err error) {
+	link, err := os.Readlink(s.path("class", "block", block))
+	if err != nil {
+		return netip.AddrPort{}, false, err
+	}
+	_, rest, found := strings.Cut(link, "/session")
+	if !found {
+		return netip.AddrPort{}, false, nil
+	}
+	id, _, _ := strings.Cut(rest, "/")
+	n, err := strconv.Atoi(id)
+	if err != nil {
+		return netip.AddrPort{}, false, nil
+	}
+	if _, portal, err = s.portal(n); err != nil {
+		return netip.AddrPort{}, false, err
+	}
+	return portal, true, nil
+}
+
+// WWID returns a SCSI disk's world-wide identifier (device/wwid, e.g. the
+// naa. name a LIO backstore carries), "" where the kernel shows none.
+func (s Sysfs) WWID(block string) string {
+	id, err := readAttr(s.path("class", "block", block, "device"), "wwid")
+	if err != nil {
+		return ""
+	}
+	return id
+}
+
 // find returns the session for k, if any. A session in recovery (FAILED)
 // still counts: the kernel re-establishes it, and a second login would only
 // be refused.
-func (s sysfs) find(k sessionKey) (kernelSession, bool, error) {
+func (s Sysfs) find(k sessionKey) (kernelSession, bool, error) {
 	all, err := s.sessions()
 	if err != nil {
 		return kernelSession{}, false, err
@@ -126,7 +173,7 @@ func (s sysfs) find(k sessionKey) (kernelSession, bool, error) {
 }
 
 // luns lists the SCSI devices of a session.
-func (s sysfs) luns(ks kernelSession) ([]lunDevice, error) {
+func (s Sysfs) luns(ks kernelSession) ([]lunDevice, error) {
 	targets, err := filepath.Glob(filepath.Join(ks.devDir, "target*:*:*"))
 	if err != nil {
 		return nil, err
@@ -156,7 +203,7 @@ func (s sysfs) luns(ks kernelSession) ([]lunDevice, error) {
 }
 
 // lun returns the SCSI device of one LUN of a session.
-func (s sysfs) lun(ks kernelSession, lun int) (lunDevice, bool, error) {
+func (s Sysfs) lun(ks kernelSession, lun int) (lunDevice, bool, error) {
 	all, err := s.luns(ks)
 	if err != nil {
 		return lunDevice{}, false, err
@@ -172,17 +219,17 @@ func (s sysfs) lun(ks kernelSession, lun int) (lunDevice, bool, error) {
 // scan asks the kernel to probe one LUN of a session. The write returns
 // when the probe is done, so a LUN the target does not present is known to
 // be absent afterwards.
-func (s sysfs) scan(ks kernelSession, lun int) error {
+func (s Sysfs) scan(ks kernelSession, lun int) error {
 	f := s.path("class", "scsi_host", "host"+strconv.Itoa(ks.Host), "scan")
 	v := fmt.Sprintf("0 %d %d", ks.TargetID, lun)
-	if err := writeAttr(f, v); err != nil {
+	if err := sysattr.Write(f, v); err != nil {
 		return fmt.Errorf("scan LUN %d of session%d: %w", lun, ks.ID, err)
 	}
 	return nil
 }
 
 // size returns the size in bytes of a block device by its kernel name.
-func (s sysfs) size(block string) (int64, error) {
+func (s Sysfs) size(block string) (int64, error) {
 	v, err := readAttr(s.path("class", "block", block), "size")
 	if err != nil {
 		return 0, fmt.Errorf("size of %s: %w", block, err)
@@ -209,24 +256,4 @@ func parseHCTL(name string) (int, bool) {
 	return l, err == nil
 }
 
-func readAttr(dir, name string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, name))
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
-// writeAttr writes v to an existing sysfs attribute in one write, as the
-// kernel wants it; it never creates files.
-func writeAttr(path, v string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write([]byte(v)); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
+func readAttr(dir, name string) (string, error) { return sysattr.Read(filepath.Join(dir, name)) }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/internal/sysattr"
 	"github.com/wasmcsi/wasmcsi/hostcalls/iscsi"
 )
 
@@ -198,7 +199,7 @@ func (c *Configfs) lunBacking(target string, lun int) (*BackstoreRef, string, er
 	if err != nil {
 		return bs, "", nil
 	}
-	path, err := readAttr(filepath.Join(c.cfg.Root, "core", hba, bs.Name, "udev_path"))
+	path, err := sysattr.Read(filepath.Join(c.cfg.Root, "core", hba, bs.Name, "udev_path"))
 	if err != nil {
 		return nil, "", fmt.Errorf("lio: %s LUN %d: backing path: %w", target, lun, err)
 	}

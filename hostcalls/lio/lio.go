@@ -33,6 +33,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls/internal/sysattr"
 	"github.com/wasmcsi/wasmcsi/hostcalls/iscsi"
 )
 
@@ -277,15 +278,15 @@ func (c *Configfs) Grant(ctx context.Context, target string, lun int, initiator 
 // Credentials are written without a newline: LIO stores them verbatim.
 func setAuth(acl string, chap *iscsi.CHAP) error {
 	if chap == nil {
-		return writeAttr(filepath.Join(acl, "attrib", "authentication"), "0")
+		return sysattr.Write(filepath.Join(acl, "attrib", "authentication"), "0")
 	}
-	if err := writeAttr(filepath.Join(acl, "auth", "userid"), chap.User); err != nil {
+	if err := sysattr.Write(filepath.Join(acl, "auth", "userid"), chap.User); err != nil {
 		return fmt.Errorf("CHAP user: %w", err)
 	}
-	if err := writeAttr(filepath.Join(acl, "auth", "password"), chap.Secret); err != nil {
+	if err := sysattr.Write(filepath.Join(acl, "auth", "password"), chap.Secret); err != nil {
 		return fmt.Errorf("CHAP secret: %w", err) // names the attribute, never the value
 	}
-	return writeAttr(filepath.Join(acl, "attrib", "authentication"), "1")
+	return sysattr.Write(filepath.Join(acl, "attrib", "authentication"), "1")
 }
 
 // Revoke takes LUN lun of target away from initiator. When the initiator
@@ -371,7 +372,7 @@ func (c *Configfs) ResizeFileIO(ctx context.Context, name string, size int64) er
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return abi.Errorf(abi.NotFound, "lio: no fileio backstore "+name)
 	}
-	if err := writeAttr(filepath.Join(dir, "control"), "fd_dev_size="+strconv.FormatInt(size, 10)); err != nil {
+	if err := sysattr.Write(filepath.Join(dir, "control"), "fd_dev_size="+strconv.FormatInt(size, 10)); err != nil {
 		return fmt.Errorf("lio: resize %s: %w", name, err)
 	}
 	return nil
@@ -428,7 +429,7 @@ func (c *Configfs) Target(ctx context.Context, target string) (TargetInfo, error
 	if _, err := os.Stat(c.tpgPath(target)); errors.Is(err, fs.ErrNotExist) {
 		return ti, abi.Errorf(abi.NotFound, "lio: no target "+target)
 	}
-	en, _ := readAttr(c.tpgPath(target, "enable"))
+	en, _ := sysattr.Read(c.tpgPath(target, "enable"))
 	ti.Enabled = en == "1"
 	nps, err := listDirs(c.tpgPath(target, "np"))
 	if err != nil {
@@ -458,7 +459,7 @@ func (c *Configfs) Target(ctx context.Context, target string) (TargetInfo, error
 			return ti, err
 		}
 		ti.ACLs[a] = m
-		auth, _ := readAttr(c.tpgPath(target, "acls", a, "attrib", "authentication"))
+		auth, _ := sysattr.Read(c.tpgPath(target, "acls", a, "attrib", "authentication"))
 		ti.CHAP[a] = auth == "1"
 	}
 	return ti, nil
@@ -542,10 +543,10 @@ func (c *Configfs) createBackstore(b Backstore) error {
 	hba, _ := b.Kind.hba()
 	dir := filepath.Join(c.cfg.Root, "core", hba, b.Name)
 	if _, err := os.Stat(dir); err == nil {
-		if cur, _ := readAttr(filepath.Join(dir, "udev_path")); cur != "" && cur != b.Path {
+		if cur, _ := sysattr.Read(filepath.Join(dir, "udev_path")); cur != "" && cur != b.Path {
 			return abi.Errorf(abi.AlreadyExists, "lio: backstore "+b.Name+" already serves "+cur)
 		}
-		if on, _ := readAttr(filepath.Join(dir, "enable")); on == "1" {
+		if on, _ := sysattr.Read(filepath.Join(dir, "enable")); on == "1" {
 			return setWriteCache(dir, b)
 		}
 		// Left half-made by a crash: configure it below.
@@ -557,15 +558,15 @@ func (c *Configfs) createBackstore(b Backstore) error {
 	if b.Kind == FileIO {
 		control = "fd_dev_name=" + b.Path + ",fd_dev_size=" + strconv.FormatInt(b.Size, 10)
 	}
-	if err := writeAttr(filepath.Join(dir, "control"), control); err != nil {
+	if err := sysattr.Write(filepath.Join(dir, "control"), control); err != nil {
 		return fmt.Errorf("lio: backstore %s: configure: %w", b.Name, err)
 	}
 	// udev_path is only informational for LIO; it records the path so an
 	// idempotent re-create can compare.
-	if err := writeAttr(filepath.Join(dir, "udev_path"), b.Path); err != nil {
+	if err := sysattr.Write(filepath.Join(dir, "udev_path"), b.Path); err != nil {
 		return fmt.Errorf("lio: backstore %s: udev_path: %w", b.Name, err)
 	}
-	if err := writeAttr(filepath.Join(dir, "enable"), "1"); err != nil {
+	if err := sysattr.Write(filepath.Join(dir, "enable"), "1"); err != nil {
 		return fmt.Errorf("lio: backstore %s: enable: %w", b.Name, err)
 	}
 	if err := setWriteCache(dir, b); err != nil {
@@ -573,8 +574,8 @@ func (c *Configfs) createBackstore(b Backstore) error {
 	}
 	// Advertise UNMAP when the backing store can discard, so initiators'
 	// discards reach thin pools and sparse files.
-	if n, _ := readAttr(filepath.Join(dir, "attrib", "max_unmap_lba_count")); n != "" && n != "0" {
-		if err := writeAttr(filepath.Join(dir, "attrib", "emulate_tpu"), "1"); err != nil {
+	if n, _ := sysattr.Read(filepath.Join(dir, "attrib", "max_unmap_lba_count")); n != "" && n != "0" {
+		if err := sysattr.Write(filepath.Join(dir, "attrib", "emulate_tpu"), "1"); err != nil {
 			return fmt.Errorf("lio: backstore %s: emulate_tpu: %w", b.Name, err)
 		}
 	}
@@ -589,10 +590,10 @@ func setWriteCache(dir string, b Backstore) error {
 	}
 	want := map[bool]string{false: "0", true: "1"}[b.WriteCache]
 	path := filepath.Join(dir, "attrib", "emulate_write_cache")
-	if cur, _ := readAttr(path); cur == want {
+	if cur, _ := sysattr.Read(path); cur == want {
 		return nil
 	}
-	if err := writeAttr(path, want); err != nil {
+	if err := sysattr.Write(path, want); err != nil {
 		return fmt.Errorf("lio: backstore %s: emulate_write_cache: %w", b.Name, err)
 	}
 	return nil
@@ -622,12 +623,12 @@ func (c *Configfs) createTarget(target string) error {
 		{"cache_dynamic_acls", "0"},
 		{"authentication", "0"}, // each ACL sets its own (attrib/authentication)
 	} {
-		if err := writeAttr(c.tpgPath(target, "attrib", a[0]), a[1]); err != nil {
+		if err := sysattr.Write(c.tpgPath(target, "attrib", a[0]), a[1]); err != nil {
 			return fmt.Errorf("lio: target %s: %s: %w", target, a[0], err)
 		}
 	}
-	if on, _ := readAttr(c.tpgPath(target, "enable")); on != "1" {
-		if err := writeAttr(c.tpgPath(target, "enable"), "1"); err != nil {
+	if on, _ := sysattr.Read(c.tpgPath(target, "enable")); on != "1" {
+		if err := sysattr.Write(c.tpgPath(target, "enable"), "1"); err != nil {
 			return fmt.Errorf("lio: target %s: enable: %w", target, err)
 		}
 	}
@@ -956,26 +957,4 @@ func removeLink(link string) error {
 		return &fs.PathError{Op: "unlink", Path: link, Err: err}
 	}
 	return nil
-}
-
-func readAttr(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
-// writeAttr writes v to an existing configfs attribute in one write, with
-// no trailing newline.
-func writeAttr(path, v string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write([]byte(v)); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls/internal/sysattr"
 	"github.com/wasmcsi/wasmcsi/hostcalls/internal/vmtest"
 	"github.com/wasmcsi/wasmcsi/hostcalls/iscsi"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
@@ -79,7 +80,7 @@ func sparseFile(t *testing.T, size int64) string {
 
 func attr(t *testing.T, path string) string {
 	t.Helper()
-	v, err := readAttr(path)
+	v, err := sysattr.Read(path)
 	if err != nil {
 		t.Fatal(err)
 	}
