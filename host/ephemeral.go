@@ -19,7 +19,6 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/host/state"
-	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
 )
 
 // CSI ephemeral inline volumes (Kubernetes' volumeLifecycleModes:
@@ -265,7 +264,7 @@ func (s *Server) undoEphemeral(ctx context.Context, rec *state.Ephemeral) {
 // path is only unmounted, as for any volume.
 func (s *Server) unpublishEphemeral(ctx context.Context, rec *state.Ephemeral, target string) error {
 	if target != rec.TargetPath {
-		return s.node.unpublish(ctx, target)
+		return s.node.Unpublish(ctx, target)
 	}
 	return s.teardownEphemeral(ctx, rec)
 }
@@ -278,7 +277,7 @@ func (s *Server) unpublishEphemeral(ctx context.Context, rec *state.Ephemeral, t
 // included, for as long as the pod's volume is there. Success needs the
 // target unmounted, though: a mount there is nothing this node knows.
 func (s *Server) unpublishGoneEphemeral(id, target string) error {
-	mounted, err := mount.IsMountPoint(target)
+	mounted, err := s.node.IsMounted(target)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -302,7 +301,7 @@ func (s *Server) teardownEphemeral(ctx context.Context, rec *state.Ephemeral) er
 	if !ok {
 		return errf(codes.FailedPrecondition, "backend %q of ephemeral volume %q is not loaded", rec.Backend, rec.COVolumeID)
 	}
-	if err := s.node.unpublish(ctx, rec.TargetPath); err != nil {
+	if err := s.node.Unpublish(ctx, rec.TargetPath); err != nil {
 		return err
 	}
 	if rec.VolumeID == "" {
@@ -333,7 +332,7 @@ func (s *Server) teardownEphemeral(ctx context.Context, rec *state.Ephemeral) er
 		}
 	} else if !errors.Is(err, state.ErrNotFound) {
 		return err
-	} else if err := s.node.unmount(ctx, rec.StagingPath); err != nil {
+	} else if err := s.node.Unmount(ctx, rec.StagingPath); err != nil {
 		return err
 	} else if err := s.unstageUnrecorded(ctx, b, rec.VolumeID, rec.Context); err != nil {
 		return err

@@ -13,7 +13,6 @@ import (
 	"github.com/wasmcsi/wasmcsi/host/state"
 	"github.com/wasmcsi/wasmcsi/hostcalls/dm"
 	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
-	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
 )
 
 // quiesceTargets decides, member by member, what pauses the writes of a
@@ -113,7 +112,7 @@ func (s *Server) writablePublication(id string) (string, error) {
 		if p.ReadOnly {
 			continue
 		}
-		mounted, err := mount.IsMountPoint(p.TargetPath)
+		mounted, err := s.node.IsMounted(p.TargetPath)
 		if err != nil {
 			return "", err
 		}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/host/state"
-	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
 )
 
 // The node service. A module's node_stage only says which device or
@@ -182,11 +181,11 @@ func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publis
 	case rec.Directory != "" && rec.Block:
 		err = errf(codes.InvalidArgument, "backend %q serves directories, not block devices", b.name)
 	case rec.Directory != "":
-		err = s.node.bind(ctx, rec.Directory, rec.StagingPath, readOnlyMode(abi.AccessMode(rec.AccessMode)), false)
+		err = s.node.Bind(ctx, rec.Directory, rec.StagingPath, readOnlyMode(abi.AccessMode(rec.AccessMode)), false)
 	case rec.Block:
-		err = s.node.checkDevice(rec.Device)
+		err = s.node.CheckDevice(rec.Device)
 	default:
-		err = s.node.formatAndMount(ctx, rec.Device, rec.StagingPath, rec.FsType, append(slices.Clone(rec.MountFlags), rec.BackendFlags...), readOnlyMode(abi.AccessMode(rec.AccessMode)))
+		err = s.node.FormatAndMount(ctx, rec.Device, rec.StagingPath, rec.FsType, append(slices.Clone(rec.MountFlags), rec.BackendFlags...), readOnlyMode(abi.AccessMode(rec.AccessMode)))
 	}
 	if err != nil {
 		s.release(ctx, b, rec)
@@ -231,7 +230,7 @@ func (s *Server) ensureStaged(ctx context.Context, b *backend, rec *state.Stage,
 
 // release undoes node_stage after a failure.
 func (s *Server) release(ctx context.Context, b *backend, rec *state.Stage) {
-	if err := s.node.unmount(ctx, rec.StagingPath); err != nil {
+	if err := s.node.Unmount(ctx, rec.StagingPath); err != nil {
 		s.log.Warn("unmount after failed stage", "path", rec.StagingPath, "err", err)
 	}
 	if !b.has(abi.OpNodeUnstage) {
@@ -266,7 +265,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 				return nil, err // no record, and no backend of ours owns the ID
 			}
 		}
-		if err := s.node.unmount(ctx, staging); err != nil {
+		if err := s.node.Unmount(ctx, staging); err != nil {
 			return nil, err
 		}
 		if b != nil {
@@ -317,7 +316,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 // unstage unmounts the staging path and lets the backend release the
 // storage.
 func (s *Server) unstage(ctx context.Context, rec *state.Stage) error {
-	if err := s.node.unmount(ctx, rec.StagingPath); err != nil {
+	if err := s.node.Unmount(ctx, rec.StagingPath); err != nil {
 		return err
 	}
 	b, ok := s.backends.Load().get(rec.Backend)
@@ -365,7 +364,7 @@ func (s *Server) livePublications(ctx context.Context, rec *state.Stage) ([]stat
 	live := pubs[:0]
 	var forgotten *state.Publish
 	for _, p := range pubs {
-		mounted, err := mount.IsMountPoint(p.TargetPath)
+		mounted, err := s.node.IsMounted(p.TargetPath)
 		if err != nil {
 			return nil, err
 		}
@@ -382,7 +381,7 @@ func (s *Server) livePublications(ctx context.Context, rec *state.Stage) ([]stat
 		}
 	}
 	if forgotten != nil && !slices.ContainsFunc(live, func(p state.Publish) bool { return p.Block && p.ReadOnly }) {
-		if err := s.node.releaseReadOnlyDevice(ctx, rec.Device, forgotten.Device); err != nil {
+		if err := s.node.ReleaseReadOnlyDevice(ctx, rec.Device, forgotten.Device); err != nil {
 			return nil, err
 		}
 	}
@@ -518,11 +517,11 @@ func checkPublishStagingPath(req *csi.NodePublishVolumeRequest) error {
 func (s *Server) publish(ctx context.Context, rec *state.Stage, p *state.Publish) (durable func() error, err error) {
 	durable = func() error { return nil }
 	if !p.Block {
-		return durable, s.node.bind(ctx, rec.StagingPath, p.TargetPath, p.ReadOnly, false)
+		return durable, s.node.Bind(ctx, rec.StagingPath, p.TargetPath, p.ReadOnly, false)
 	}
 	dev := rec.Device
 	if p.ReadOnly {
-		if dev, err = s.node.readOnlyDevice(ctx, rec.Device); err != nil {
+		if dev, err = s.node.ReadOnlyDevice(ctx, rec.Device); err != nil {
 			return nil, err
 		}
 		if p.Device != dev {
@@ -532,7 +531,7 @@ func (s *Server) publish(ctx context.Context, rec *state.Stage, p *state.Publish
 			}
 		}
 	}
-	return durable, s.node.bind(ctx, dev, p.TargetPath, p.ReadOnly, true)
+	return durable, s.node.Bind(ctx, dev, p.TargetPath, p.ReadOnly, true)
 }
 
 // releaseReadOnly detaches the read-only device of block publication p
@@ -545,7 +544,7 @@ func (s *Server) releaseReadOnly(ctx context.Context, rec *state.Stage, p *state
 	if slices.ContainsFunc(pubs, func(o state.Publish) bool { return o.TargetPath != p.TargetPath && o.Block && o.ReadOnly }) {
 		return nil
 	}
-	return s.node.releaseReadOnlyDevice(ctx, rec.Device, p.Device)
+	return s.node.ReleaseReadOnlyDevice(ctx, rec.Device, p.Device)
 }
 
 // NodeUnpublishVolume unmounts the target path and removes it. A target
@@ -586,7 +585,7 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		// here.
 		return nil, err
 	}
-	if err := s.node.unpublish(ctx, target); err != nil {
+	if err := s.node.Unpublish(ctx, target); err != nil {
 		return nil, err
 	}
 	// The read-only device goes before the record: a crash between the two
@@ -647,17 +646,20 @@ func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 		return nil, err
 	}
 	if block {
-		size, err := s.node.deviceSize(rec.Device)
+		size, err := s.node.DeviceSize(rec.Device)
 		if err != nil {
 			return nil, errf(codes.NotFound, "device of volume %q: %v", id, err)
 		}
 		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: size}}}, nil
 	}
-	usage, err := s.node.usage(path)
+	st, err := s.node.Usage(path)
 	if err != nil {
 		return nil, errf(codes.NotFound, "stats of %q: %v", path, err)
 	}
-	return &csi.NodeGetVolumeStatsResponse{Usage: usage}, nil
+	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+		{Unit: csi.VolumeUsage_BYTES, Total: st.TotalBytes, Available: st.AvailableBytes, Used: st.UsedBytes},
+		{Unit: csi.VolumeUsage_INODES, Total: st.TotalInodes, Available: st.FreeInodes, Used: st.UsedInodes},
+	}}, nil
 }
 
 // NodeExpandVolume lets the backend make the device show its new size and
@@ -713,19 +715,19 @@ func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 		capacity = resp.CapacityBytes
 	}
 	if rec.Device != "" && !block && !rec.Block {
-		if err := s.node.growFS(ctx, rec.Device, rec.StagingPath, rec.FsType); err != nil {
+		if err := s.node.GrowFS(ctx, rec.Device, rec.StagingPath, rec.FsType); err != nil {
 			return nil, err
 		}
 	}
 	if rec.Block {
 		// A read-only loop device over the staged device keeps its size
 		// until told.
-		if err := s.node.resizeReadOnlyDevice(ctx, rec.Device); err != nil {
+		if err := s.node.ResizeReadOnlyDevice(ctx, rec.Device); err != nil {
 			return nil, err
 		}
 	}
 	if rec.Device != "" && capacity == 0 {
-		if capacity, err = s.node.deviceSize(rec.Device); err != nil {
+		if capacity, err = s.node.DeviceSize(rec.Device); err != nil {
 			return nil, err
 		}
 	}

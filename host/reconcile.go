@@ -179,7 +179,7 @@ func (s *Server) dropPublication(p state.Publish) (bool, error) {
 		return false, nil
 	}
 	defer unlock()
-	if mounted, err := mount.IsMountPoint(p.TargetPath); err != nil || mounted {
+	if mounted, err := s.node.IsMounted(p.TargetPath); err != nil || mounted {
 		return false, nil
 	}
 	if err := s.store.DeletePublish(p.VolumeID, p.TargetPath); err != nil && !errors.Is(err, state.ErrNotFound) {
@@ -231,7 +231,7 @@ func (s *Server) reconcileStage(ctx context.Context, rec *state.Stage) (f *Findi
 // mount at its staging path, or its device (a loop device only while it
 // backs the volume's file). What cannot be checked counts as there.
 func (s *Server) stageRemains(ctx context.Context, rec *state.Stage) bool {
-	if mounted, err := mount.IsMountPoint(rec.StagingPath); err != nil || mounted {
+	if mounted, err := s.node.IsMounted(rec.StagingPath); err != nil || mounted {
 		return true
 	}
 	if rec.Device == "" {

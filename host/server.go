@@ -31,6 +31,8 @@ import (
 	"github.com/wasmcsi/wasmcsi/host/quiesce"
 	"github.com/wasmcsi/wasmcsi/host/state"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
+	"github.com/wasmcsi/wasmcsi/hostcalls/node"
 	"github.com/wasmcsi/wasmcsi/modules"
 )
 
@@ -56,7 +58,7 @@ type Server struct {
 	backends atomic.Pointer[backendSet]
 	// tag is this node's tag in the IDs it makes (owner.go).
 	tag     nodeTag
-	node    *nodeSteps
+	node    *node.Node
 	metrics *metrics
 	ready   atomic.Bool
 }
@@ -102,7 +104,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Server, error) 
 func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.Logger, store *state.Store) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, store: store, locks: keylock.New(), tag: newNodeTag(cfg.NodeID)}
 	s.metrics = newMetrics(opt.Metrics)
-	s.node = newNodeSteps(log)
+	s.node = node.New(log, catalog.DeviceOwners())
 	if store != nil {
 		// Before anything else: writers hang on what a group snapshot the
 		// daemon died in left paused (and its guardian did not resume).

@@ -1,15 +1,13 @@
-package host
+package node
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
@@ -18,20 +16,15 @@ import (
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
 )
 
-// nodeSteps are the generic node steps every backend shares. They are
-// idempotent: each checks what is already there before it acts, so a repeat
-// after a crash or restart converges instead of stacking mounts.
-type nodeSteps struct {
-	log *slog.Logger
-}
+// The generic node steps every backend shares. They are idempotent: each
+// checks what is already there before it acts, so a repeat after a crash or
+// restart converges instead of stacking mounts.
 
-func newNodeSteps(log *slog.Logger) *nodeSteps { return &nodeSteps{log: log} }
-
-// formatAndMount puts a filesystem on a blank device (never on one that
+// FormatAndMount puts a filesystem on a blank device (never on one that
 // holds any signature) and mounts it at target. A filesystem smaller than
 // its device (a restore or clone into a larger volume) is grown first, see
 // growToDevice.
-func (n *nodeSteps) formatAndMount(ctx context.Context, dev, target, fstype string, flags []string, readOnly bool) error {
+func (n *Node) FormatAndMount(ctx context.Context, dev, target, fstype string, flags []string, readOnly bool) error {
 	if err := os.MkdirAll(target, 0o750); err != nil {
 		return fmt.Errorf("create staging path %s: %w", target, err)
 	}
@@ -87,7 +80,7 @@ func (n *nodeSteps) formatAndMount(ctx context.Context, dev, target, fstype stri
 // then resize2fs), which needs no CAP_SYS_RESOURCE, unlike online growth;
 // xfs and btrfs grow only mounted, so mounted reports that the caller must
 // grow after mounting.
-func (n *nodeSteps) growToDevice(ctx context.Context, dev, fstype string) (mounted bool, err error) {
+func (n *Node) growToDevice(ctx context.Context, dev, fstype string) (mounted bool, err error) {
 	size, ok, err := fs.ReadSize(ctx, dev)
 	if err != nil {
 		return false, fmt.Errorf("read filesystem size on %s: %w", dev, err)
@@ -105,8 +98,8 @@ func (n *nodeSteps) growToDevice(ctx context.Context, dev, fstype string) (mount
 	return false, nil
 }
 
-// bind bind-mounts src at target; file is true for a block device node.
-func (n *nodeSteps) bind(ctx context.Context, src, target string, readOnly, file bool) error {
+// Bind bind-mounts src at target; file is true for a block device node.
+func (n *Node) Bind(ctx context.Context, src, target string, readOnly, file bool) error {
 	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
 		return fmt.Errorf("create parent of %s: %w", target, err)
 	}
@@ -114,13 +107,13 @@ func (n *nodeSteps) bind(ctx context.Context, src, target string, readOnly, file
 	return err
 }
 
-// readOnlyDevice returns a read-only loop device over dev, attaching one
+// ReadOnlyDevice returns a read-only loop device over dev, attaching one
 // when there is none yet: the device a read-only block publication binds.
 // Every read-only publication of a volume shares it (AttachDevice finds
 // the one already over dev). Direct I/O keeps the data out of a second
 // page cache; reads stay coherent with writes through dev, whose cached
 // pages a direct read flushes first.
-func (n *nodeSteps) readOnlyDevice(ctx context.Context, dev string) (string, error) {
+func (n *Node) ReadOnlyDevice(ctx context.Context, dev string) (string, error) {
 	d, err := loop.AttachDevice(ctx, dev, loop.Options{ReadOnly: true, DirectIO: true})
 	if err != nil {
 		return "", fmt.Errorf("read-only device over %s: %w", dev, err)
@@ -131,7 +124,7 @@ func (n *nodeSteps) readOnlyDevice(ctx context.Context, dev string) (string, err
 // readOnlyOver returns the read-only loop device over dev, if any; it
 // tries the recorded device first (one device to read, where a search
 // walks every loop device when this process has not seen it yet).
-func (n *nodeSteps) readOnlyOver(ctx context.Context, dev, recorded string) (loop.Device, bool, error) {
+func (n *Node) readOnlyOver(ctx context.Context, dev, recorded string) (loop.Device, bool, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(dev, &st); errors.Is(err, unix.ENOENT) {
 		return loop.Device{}, false, nil // the device is gone, and with it anything over it
@@ -150,9 +143,9 @@ func (n *nodeSteps) readOnlyOver(ctx context.Context, dev, recorded string) (loo
 	return d, true, nil
 }
 
-// releaseReadOnlyDevice detaches the read-only loop device over dev, if
+// ReleaseReadOnlyDevice detaches the read-only loop device over dev, if
 // there is one; recorded is where the publication record saw it.
-func (n *nodeSteps) releaseReadOnlyDevice(ctx context.Context, dev, recorded string) error {
+func (n *Node) ReleaseReadOnlyDevice(ctx context.Context, dev, recorded string) error {
 	d, ok, err := n.readOnlyOver(ctx, dev, recorded)
 	if err != nil || !ok {
 		return err
@@ -163,9 +156,9 @@ func (n *nodeSteps) releaseReadOnlyDevice(ctx context.Context, dev, recorded str
 	return nil
 }
 
-// resizeReadOnlyDevice makes the read-only loop device over dev, if any,
+// ResizeReadOnlyDevice makes the read-only loop device over dev, if any,
 // take dev's new size after an expansion.
-func (n *nodeSteps) resizeReadOnlyDevice(ctx context.Context, dev string) error {
+func (n *Node) ResizeReadOnlyDevice(ctx context.Context, dev string) error {
 	d, ok, err := n.readOnlyOver(ctx, dev, "")
 	if err != nil || !ok {
 		return err
@@ -176,8 +169,8 @@ func (n *nodeSteps) resizeReadOnlyDevice(ctx context.Context, dev string) error 
 	return nil
 }
 
-// checkDevice checks that a block device node exists.
-func (n *nodeSteps) checkDevice(dev string) error {
+// CheckDevice checks that a block device node exists.
+func (n *Node) CheckDevice(dev string) error {
 	var st unix.Stat_t
 	if err := unix.Stat(dev, &st); err != nil {
 		return fmt.Errorf("device %s: %w", dev, err)
@@ -188,15 +181,18 @@ func (n *nodeSteps) checkDevice(dev string) error {
 	return nil
 }
 
-// unmount unmounts path if it is mounted.
-func (n *nodeSteps) unmount(ctx context.Context, path string) error {
+// IsMounted reports whether path is a mount point.
+func (n *Node) IsMounted(path string) (bool, error) { return mount.IsMountPoint(path) }
+
+// Unmount unmounts path if it is mounted.
+func (n *Node) Unmount(ctx context.Context, path string) error {
 	_, err := mount.Unmount(ctx, path)
 	return err
 }
 
-// unpublish unmounts a target and removes the directory or file the
+// Unpublish unmounts a target and removes the directory or file the
 // publication created.
-func (n *nodeSteps) unpublish(ctx context.Context, target string) error {
+func (n *Node) Unpublish(ctx context.Context, target string) error {
 	if _, err := mount.Unmount(ctx, target); err != nil {
 		return err
 	}
@@ -206,21 +202,21 @@ func (n *nodeSteps) unpublish(ctx context.Context, target string) error {
 	return nil
 }
 
-func (n *nodeSteps) deviceSize(dev string) (int64, error) {
+// DeviceSize returns a block device's size in bytes.
+func (n *Node) DeviceSize(dev string) (int64, error) {
 	return fs.DeviceSize(context.Background(), dev)
 }
 
-func (n *nodeSteps) usage(path string) ([]*csi.VolumeUsage, error) {
-	st, err := fs.Stats(context.Background(), path)
-	if err != nil {
-		return nil, err
-	}
-	return []*csi.VolumeUsage{
-		{Unit: csi.VolumeUsage_BYTES, Total: st.TotalBytes, Available: st.AvailableBytes, Used: st.UsedBytes},
-		{Unit: csi.VolumeUsage_INODES, Total: st.TotalInodes, Available: st.FreeInodes, Used: st.UsedInodes},
-	}, nil
+// Usage is a filesystem's space and inode counts.
+type Usage = fs.Usage
+
+// Usage returns the usage of the filesystem that holds path.
+func (n *Node) Usage(path string) (Usage, error) {
+	return fs.Stats(context.Background(), path)
 }
 
-func (n *nodeSteps) growFS(ctx context.Context, dev, mountPath, fstype string) error {
+// GrowFS grows the filesystem on dev, mounted at mountPath ("" when it
+// is not mounted), to its device.
+func (n *Node) GrowFS(ctx context.Context, dev, mountPath, fstype string) error {
 	return fs.Grow(ctx, dev, mountPath, fstype)
 }

@@ -1,0 +1,99 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+
+	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
+)
+
+// Confinement of what a module's node_stage names (host/RATIONALE.md,
+// "Confinement of what modules name"). who names the module in errors
+// ("backend \"x\"").
+
+// ConfineDirectory checks that dir lies inside roots, also once its links
+// are resolved, and returns its real path.
+func (n *Node) ConfineDirectory(who string, roots []string, dir string) (string, error) {
+	clean, err := hostcalls.Confine(roots, dir, false)
+	if err != nil {
+		return "", errf(codes.Internal, "%s named directory %q outside its roots", who, dir)
+	}
+	real, err := filepath.EvalSymlinks(clean)
+	if err != nil {
+		return "", fmt.Errorf("directory %s: %w", clean, err)
+	}
+	if _, err := hostcalls.Confine(roots, real, false); err != nil {
+		return "", errf(codes.Internal, "%s directory %q resolves outside its roots", who, dir)
+	}
+	return real, nil
+}
+
+// ConfineDevice checks that dev is a device a family claims under roots
+// and returns its path (dev itself where the name alone settles it, its
+// real path otherwise) and the identity the claiming family gives it,
+// which the stage record keeps.
+func (n *Node) ConfineDevice(ctx context.Context, who string, roots []string, dev string) (path, identity string, err error) {
+	if !filepath.IsAbs(dev) {
+		return "", "", errf(codes.Internal, "%s named a relative device %q", who, dev)
+	}
+	d := hostcalls.Device{Path: dev}
+	if id, ok, err := n.claim(ctx, d, roots); err != nil || ok {
+		return dev, id, err
+	}
+	real, err := filepath.EvalSymlinks(dev)
+	if err != nil {
+		return "", "", fmt.Errorf("device %s: %w", dev, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(real, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return "", "", errf(codes.Internal, "%s named %q, which is not a block device", who, dev)
+	}
+	d.Real = real
+	id, ok, err := n.claim(ctx, d, roots)
+	if err != nil {
+		return "", "", err
+	}
+	if !ok {
+		return "", "", errf(codes.Internal, "%s named device %q, which its grants do not explain", who, dev)
+	}
+	return real, id, nil
+}
+
+// claim asks the families in turn; the first that claims d answers.
+func (n *Node) claim(ctx context.Context, d hostcalls.Device, roots []string) (string, bool, error) {
+	for _, o := range n.owners {
+		if id, ok, err := o.OwnsDevice(ctx, d, roots); err != nil || ok {
+			return id, ok, err
+		}
+	}
+	return "", false, nil
+}
+
+// StagedAt reports whether path is mounted, from device when it is not
+// "" (the device a stage record names).
+func (n *Node) StagedAt(path, device string) bool {
+	e, err := mount.Info(path)
+	if err != nil {
+		return false // not mounted, or the path is gone
+	}
+	if device == "" {
+		return true
+	}
+	real, err := filepath.EvalSymlinks(device)
+	if err != nil {
+		return false
+	}
+	// The mount's device number identifies it, except on btrfs, whose
+	// mounts carry an anonymous device: there the source names it.
+	var st unix.Stat_t
+	sameDev := unix.Stat(real, &st) == nil && unix.Major(st.Rdev) == uint32(e.Major) && unix.Minor(st.Rdev) == uint32(e.Minor)
+	if src, err := filepath.EvalSymlinks(e.Source); !sameDev && (err != nil || src != real) {
+		return false
+	}
+	return true
+}
