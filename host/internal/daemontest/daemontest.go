@@ -173,7 +173,7 @@ func moduleRoot() (string, error) {
 // When the test ends the daemon is killed, every mount and loop device
 // below the folder released and the folder removed; cleanups the test
 // registers later run before, while the daemon still serves.
-func New(t *testing.T, o Options) *Daemon {
+func New(t testing.TB, o Options) *Daemon {
 	t.Helper()
 	Require(t)
 	bin := Binary(t)
