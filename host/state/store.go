@@ -27,6 +27,7 @@
 //	publishes        uvarint(len(volume ID)) | volume ID | target path -> Publish
 //	ephemeral        the CO's volume ID -> Ephemeral (inline ephemeral volumes)
 //	intents          intent key -> Intent (operations logged before a module runs them)
+//	volumes_deleting volume ID -> empty: the volumes marked Deleting, which start-up finishes
 //
 // The length prefix in composite keys keeps a volume ID from being a prefix
 // of another key by accident, so a prefix scan finds exactly one volume's
@@ -146,6 +147,9 @@ var (
 	bucketPublishes      = []byte("publishes")
 	bucketEphemeral      = []byte("ephemeral")
 	bucketIntents        = []byte("intents")
+	// bucketVolumesDeleting is made, and filled from the volume records,
+	// after the log's replay (openDeletingIndex), not by initSchema.
+	bucketVolumesDeleting = []byte("volumes_deleting")
 
 	keySchema = []byte("schema")
 
@@ -155,7 +159,7 @@ var (
 		bucketMeta, bucketVolumes, bucketVolumeNames, bucketSnapshots,
 		bucketSnapshotNames, bucketSnapshotSource, bucketGroups,
 		bucketGroupNames, bucketStages, bucketPublishes, bucketEphemeral,
-		bucketIntents,
+		bucketIntents, bucketVolumesDeleting,
 	}
 )
 
@@ -238,6 +242,9 @@ func open(path string, opts options) (*Store, error) {
 	if err == nil {
 		var next uint64
 		if seq, next, err = recoverLog(db, path); err == nil {
+			err = openDeletingIndex(db)
+		}
+		if err == nil {
 			seg, err = startSegment(path, next)
 		}
 	}
@@ -287,6 +294,9 @@ func initSchema(tx *bolt.Tx) error {
 		}
 	}
 	for _, name := range allBuckets {
+		if bytes.Equal(name, bucketVolumesDeleting) {
+			continue
+		}
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return fmt.Errorf("create bucket %s: %w", name, err)
 		}
@@ -295,6 +305,27 @@ func initSchema(tx *bolt.Tx) error {
 		return tx.Bucket(bucketMeta).Put(keySchema, binary.AppendUvarint(nil, SchemaVersion))
 	}
 	return nil
+}
+
+// openDeletingIndex makes the volumes_deleting index of a file that has
+// none (a new one, or one written before the index) from its volume
+// records, in one transaction with the bucket, so that a crash cannot
+// leave the bucket without its entries. It runs after the log's replay,
+// which may mark volumes of such a file in their records alone.
+func openDeletingIndex(db *bolt.DB) error {
+	var have bool
+	if err := db.View(func(tx *bolt.Tx) error {
+		have = tx.Bucket(bucketVolumesDeleting) != nil
+		return nil
+	}); err != nil || have {
+		return err
+	}
+	return db.Update(func(tx *bolt.Tx) error {
+		if _, err := tx.CreateBucket(bucketVolumesDeleting); err != nil {
+			return fmt.Errorf("create bucket %s: %w", bucketVolumesDeleting, err)
+		}
+		return indexDeletingVolumes(tx)
+	})
 }
 
 // Close waits for write calls in progress, checkpoints every change into
