@@ -16,6 +16,7 @@ import (
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/host/config"
 	"github.com/wasmcsi/wasmcsi/host/state"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
 )
 
 // Lock keys. One operation per volume, snapshot or name at a time; a second
@@ -164,6 +165,13 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	}
 	defer unlock()
 
+	// A deletion of a volume of this name that is not settled yet holds
+	// the name: settle it first.
+	if old, err := s.store.VolumeRecordByName(name); err == nil && old.Deleting {
+		if err := s.settleDeletion(ctx, old); err != nil {
+			return nil, err
+		}
+	}
 	requisite := topologiesFromCSI(req.GetAccessibilityRequirements().GetRequisite())
 	if old, err := s.store.VolumeByName(name); err == nil {
 		if err := sameVolume(&old, b.name, required, limit, caps, params, mutable, srcSnap, srcVol, requisite); err != nil {
@@ -221,38 +229,75 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	}
 	mreq.RequiredBytes, mreq.LimitBytes = size, limit
 
-	var resp abi.CreateVolumeResponse
-	if err := b.call(ctx, abi.OpCreateVolume, &mreq, &resp); err != nil {
+	// The intent is the one sync the CO waits for; the module's pool
+	// changes and the volume's record become durable after it, and
+	// start-up finishes the create if a crash loses them (RATIONALE.md,
+	// "Records").
+	intent := state.Intent{
+		Key: state.VolumeIntentKey(name), Op: string(abi.OpCreateVolume), Backend: b.name,
+		Request: mreq.AppendWire(nil), SourceSnapshotID: srcSnap, SourceVolumeID: srcVol,
+		CreatedAt: time.Now().UTC(),
+	}
+	if err := s.store.LogIntent(intent); err != nil {
+		return nil, fmt.Errorf("log the create of %q: %w", name, err)
+	}
+	var dirs hostcalls.DirSyncs
+	v, err := s.createAndRecord(hostcalls.WithDirSyncs(ctx, &dirs), b, &intent, &mreq)
+	// Whatever the outcome, the intent goes once the pool changes are
+	// durable, after the record if there is one.
+	s.settle.add(intent.Key, dirs.Dirs(), func() error { return s.store.DropIntentSoon(intent.Key, intent.CreatedAt) })
+	if err != nil {
 		return nil, err
+	}
+	return &csi.CreateVolumeResponse{Volume: csiVolume(&v)}, nil
+}
+
+// createAndRecord calls the module's create_volume with the request an
+// intent logged, checks its answer and records the volume, without
+// waiting for the disk: the intent stays until the record is durable.
+func (s *Server) createAndRecord(ctx context.Context, b *backend, intent *state.Intent, mreq *abi.CreateVolumeRequest) (state.Volume, error) {
+	var resp abi.CreateVolumeResponse
+	if err := b.call(ctx, abi.OpCreateVolume, mreq, &resp); err != nil {
+		return state.Volume{}, err
 	}
 	tag := s.tagFor(b)
 	if err := checkCreatedVolume(b.name, tag, &resp); err != nil {
-		return nil, err
+		return state.Volume{}, err
 	}
+	size, limit := mreq.RequiredBytes, mreq.LimitBytes
 	if resp.CapacityBytes < size || (limit > 0 && resp.CapacityBytes > limit) {
-		return nil, errf(codes.Internal, "backend %q provisioned %d bytes for a request of %d..%d", b.name, resp.CapacityBytes, size, limit)
+		return state.Volume{}, errf(codes.Internal, "backend %q provisioned %d bytes for a request of %d..%d", b.name, resp.CapacityBytes, size, limit)
 	}
+	name := mreq.Name
 	v := state.Volume{
 		ID: tag.id(b.name, resp.LocalID), Name: name, Backend: b.name, LocalID: resp.LocalID,
-		CapacityBytes: resp.CapacityBytes, Parameters: params, Context: resp.Context,
-		Capabilities: stateCaps(caps), SourceSnapshotID: srcSnap, SourceVolumeID: srcVol,
-		CreatedAt: time.Now().UTC(), MutableParameters: mutable,
+		CapacityBytes: resp.CapacityBytes, Parameters: mreq.Parameters, Context: resp.Context,
+		Capabilities: stateCaps(mreq.Capabilities), SourceSnapshotID: intent.SourceSnapshotID, SourceVolumeID: intent.SourceVolumeID,
+		CreatedAt: intent.CreatedAt, MutableParameters: mreq.MutableParameters,
 	}
 	for _, t := range resp.Topology {
 		v.Topology = append(v.Topology, t.Segments)
 	}
 	if err := s.checkVolumeIDFree(b.name, resp.LocalID, name, false); err != nil {
-		return nil, err
+		return state.Volume{}, err
 	}
-	if err := s.store.InsertVolume(v); errors.Is(err, state.ErrIDTaken) {
-		return nil, s.idTaken(b.name, "volume", v.ID, name, func() (string, error) {
-			old, err := s.store.GetVolume(v.ID)
+	if old, err := s.store.VolumeByName(name); err == nil {
+		// A start-up replay of a create whose record survived.
+		if old.ID != v.ID {
+			return state.Volume{}, errf(codes.Internal, "backend %q answered volume ID %q for %q, recorded as %q: a repeated create_volume must answer the same",
+				b.name, v.ID, name, old.ID)
+		}
+		return old, nil
+	}
+	if err := s.store.InsertVolumeSoon(v); errors.Is(err, state.ErrIDTaken) {
+		return state.Volume{}, s.idTaken(b.name, "volume", v.ID, name, func() (string, error) {
+			old, err := s.store.VolumeRecord(v.ID)
 			return old.Name, err
 		})
 	} else if err != nil {
-		return nil, fmt.Errorf("record volume %s: %w", v.ID, err)
+		return state.Volume{}, fmt.Errorf("record volume %s: %w", v.ID, err)
 	}
-	return &csi.CreateVolumeResponse{Volume: csiVolume(&v)}, nil
+	return v, nil
 }
 
 // checkCreatedVolume checks a create_volume answer before anything of it
@@ -428,7 +473,11 @@ func notFoundOr(err error, format string, args ...any) error {
 	return err
 }
 
-// DeleteVolume deletes a volume; one that does not exist is success.
+// DeleteVolume deletes a volume; one that does not exist is success. The
+// volume is marked deleting, durably, before the module runs: the one
+// sync the CO waits for. The record goes once the module's pool changes
+// are durable, and start-up finishes a deletion a crash cut short
+// (RATIONALE.md, "Records").
 func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if id == "" {
@@ -439,7 +488,7 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 		return nil, err
 	}
 	defer unlock()
-	v, err := s.store.GetVolume(id)
+	v, err := s.store.VolumeRecord(id)
 	if errors.Is(err, state.ErrNotFound) {
 		// Success only for a volume that does not exist: one another
 		// node's daemon made is not gone because this one lacks it.
@@ -450,6 +499,10 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	} else if err != nil {
 		return nil, err
 	}
+	if v.Deleting && s.settle.settling(id) {
+		// The module deleted it; only the record's removal waits.
+		return &csi.DeleteVolumeResponse{}, nil
+	}
 	if use, err := s.volumeInUse(&v); err != nil {
 		return nil, err
 	} else if use != "" {
@@ -459,13 +512,50 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	if !ok {
 		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", v.Backend, id)
 	}
-	if err := b.call(ctx, abi.OpDeleteVolume, &abi.DeleteVolumeRequest{Volume: volumeRef(&v)}, &abi.Empty{}); err != nil {
+	if !v.Deleting {
+		if err := s.store.MarkVolumeDeleting(id); err != nil {
+			return nil, fmt.Errorf("mark volume %s deleting: %w", id, err)
+		}
+	}
+	var dirs hostcalls.DirSyncs
+	if err := b.call(hostcalls.WithDirSyncs(ctx, &dirs), abi.OpDeleteVolume, &abi.DeleteVolumeRequest{Volume: volumeRef(&v)}, &abi.Empty{}); err != nil {
+		// The volume is still there: show it again. Should that fail,
+		// the mark stays and the next DeleteVolume or start-up repeats
+		// the module's delete.
+		v.Deleting = false
+		if perr := s.store.PutVolume(v); perr != nil {
+			s.log.Error("unmark a volume whose deletion failed", "volume", id, "err", perr)
+		}
 		return nil, err
 	}
-	if err := s.store.DeleteVolume(id); err != nil {
-		return nil, fmt.Errorf("delete record %s: %w", id, err)
-	}
+	s.settle.add(id, dirs.Dirs(), func() error { return ignoreNotFound(s.store.DeleteVolumeSoon(id)) })
 	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// settleDeletion finishes the deletion of v, marked deleting, before its
+// name is used again: it waits for the settler's batch, or, when no batch
+// holds it (the module's delete failed, or start-up could not finish it),
+// deletes it again and removes its record, waiting for the disk.
+func (s *Server) settleDeletion(ctx context.Context, v state.Volume) error {
+	if s.settle.settling(v.ID) {
+		if err := s.settle.flush(ctx); err != nil {
+			return err
+		}
+		if _, err := s.store.VolumeRecord(v.ID); errors.Is(err, state.ErrNotFound) {
+			return nil
+		}
+	}
+	b, ok := s.backends.Load().get(v.Backend)
+	if !ok {
+		return errf(codes.FailedPrecondition, "volume %q of this name is being deleted and its backend %q is not loaded", v.ID, v.Backend)
+	}
+	if err := b.call(ctx, abi.OpDeleteVolume, &abi.DeleteVolumeRequest{Volume: volumeRef(&v)}, &abi.Empty{}); err != nil {
+		return fmt.Errorf("finish the deletion of volume %s of this name: %w", v.ID, err)
+	}
+	if err := s.store.DeleteVolume(v.ID); err != nil && !errors.Is(err, state.ErrNotFound) {
+		return fmt.Errorf("finish the deletion of volume %s of this name: %w", v.ID, err)
+	}
+	return nil
 }
 
 // ControllerPublishVolume makes a volume reachable from a node. Backends

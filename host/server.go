@@ -61,6 +61,9 @@ type Server struct {
 	node    *node.Node
 	metrics *metrics
 	ready   atomic.Bool
+	// settle completes controller operations once their pool changes
+	// are durable (settle.go).
+	settle *settler
 }
 
 // Options are what New needs besides the configuration.
@@ -102,7 +105,7 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Server, error) 
 }
 
 func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.Logger, store *state.Store) (*Server, error) {
-	s := &Server{cfg: cfg, log: log, store: store, locks: keylock.New(), tag: newNodeTag(cfg.NodeID)}
+	s := &Server{cfg: cfg, log: log, store: store, locks: keylock.New(), tag: newNodeTag(cfg.NodeID), settle: newSettler(log)}
 	s.metrics = newMetrics(opt.Metrics)
 	s.node = node.New(log, catalog.DeviceOwners())
 	if store != nil {
@@ -167,6 +170,7 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 	s.Reload(ctx)
 	if s.journals != nil && cfg.Role != config.RoleNode {
 		s.undoInterruptedGroups(ctx)
+		s.finishInterrupted(ctx)
 	}
 	return s, nil
 }
@@ -190,6 +194,7 @@ func (s *Server) Backends() []string { return append([]string(nil), s.backends.L
 
 // Close stops the runtime and closes the records.
 func (s *Server) Close(ctx context.Context) error {
+	s.settle.close()
 	err := s.rt.Close(ctx)
 	if s.store != nil {
 		err = errors.Join(err, s.store.Close())

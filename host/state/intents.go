@@ -1,8 +1,8 @@
 package state
 
 import (
-	"errors"
 	"fmt"
+	"time"
 )
 
 var intentTable = &table[Intent]{
@@ -16,13 +16,29 @@ var intentTable = &table[Intent]{
 // once it is durable: the one sync a controller operation waits for.
 func (s *Store) LogIntent(v Intent) error { return intentTable.put(s.write, v, false) }
 
-// DropIntentSoon removes the intent of key without waiting for the disk;
-// one that is not there is fine. The caller drops an intent only once what
-// it describes is durable, and the log keeps the order of writes, so the
-// removal never reaches the disk before the record it completes.
-func (s *Store) DropIntentSoon(key string) error {
-	if err := intentTable.delete(s.writeSoon, key); err != nil && !errors.Is(err, ErrNotFound) {
-		return err
+// DropIntentSoon removes the intent of key that was logged at created
+// without waiting for the disk. One that is gone, or that a later LogIntent
+// replaced, stays as it is. The caller drops an intent only once what it
+// describes is durable, and the log keeps the order of writes, so the
+// removal never reaches the disk before what it completes.
+func (s *Store) DropIntentSoon(key string, created time.Time) error {
+	err := s.writeSoon(func(tx *txn) error {
+		b := tx.Bucket(bucketIntents)
+		old := b.Get([]byte(key))
+		if old == nil {
+			return nil
+		}
+		v, err := intentTable.decodeAt(key, old)
+		if err != nil {
+			return err
+		}
+		if !v.CreatedAt.Equal(created) {
+			return nil
+		}
+		return b.Delete([]byte(key))
+	})
+	if err != nil {
+		return fmt.Errorf("drop intent %s: %w", key, err)
 	}
 	return nil
 }

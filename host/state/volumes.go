@@ -82,6 +82,9 @@ func (s *Store) VolumeRecordByName(name string) (Volume, error) {
 	return volumeTable.byNameAny(s, name)
 }
 
+// VolumeIntentKey is the key of the intent of a CreateVolume of name.
+func VolumeIntentKey(name string) string { return "volume/" + name }
+
 // MarkVolumeDeleting sets Deleting on the volume's record and returns
 // once that is durable. From then on the volume is gone to every reader
 // but VolumeRecord, VolumeRecordByName and DeletingVolumes, and it keeps

@@ -1,0 +1,120 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/host/state"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
+)
+
+// finishInterrupted finishes, before the daemon serves, the controller
+// operations a crash left unsettled (RATIONALE.md, "Records"): every
+// volume marked deleting is deleted again through its module and its
+// record removed; every logged create is run again with its logged
+// request and its volume recorded, unless a deletion of its name
+// supersedes it. Both are finished, never undone, because the CO may
+// have had its answer. What cannot be finished now (a backend not
+// loaded, a module error) stays logged: it is tried at the next start,
+// and the CO's next call for the volume or name settles it.
+func (s *Server) finishInterrupted(ctx context.Context) {
+	dels, err := s.store.DeletingVolumes()
+	if err != nil {
+		s.log.Error("read volumes being deleted", "err", err)
+		return
+	}
+	intents, err := s.store.ListIntents()
+	if err != nil {
+		s.log.Error("read logged operations", "err", err)
+		return
+	}
+	if len(dels) == 0 && len(intents) == 0 {
+		return
+	}
+	var dirs hostcalls.DirSyncs
+	dctx := hostcalls.WithDirSyncs(ctx, &dirs)
+	var complete []func() error
+	deleting := map[string]bool{}
+	for _, v := range dels {
+		deleting[v.Name] = true
+		b, ok := s.backends.Load().get(v.Backend)
+		if !ok {
+			s.log.Warn("volume being deleted waits for its backend", "volume", v.ID, "backend", v.Backend)
+			continue
+		}
+		if err := b.call(dctx, abi.OpDeleteVolume, &abi.DeleteVolumeRequest{Volume: volumeRef(&v)}, &abi.Empty{}); err != nil {
+			s.log.Error("finish the deletion of a volume; the next DeleteVolume or start tries again", "volume", v.ID, "err", err)
+			continue
+		}
+		s.log.Info("finished the deletion of a volume", "volume", v.ID)
+		complete = append(complete, func() error { return ignoreNotFound(s.store.DeleteVolumeSoon(v.ID)) })
+	}
+	for _, in := range intents {
+		drop := func() error { return s.store.DropIntentSoon(in.Key, in.CreatedAt) }
+		name, ok := strings.CutPrefix(in.Key, state.VolumeIntentKey(""))
+		if !ok || in.Op != string(abi.OpCreateVolume) {
+			s.log.Error("logged operation of an unknown kind left alone", "key", in.Key, "op", in.Op)
+			continue
+		}
+		if deleting[name] {
+			// Logged before the deletion of its volume, which settles it.
+			complete = append(complete, drop)
+			continue
+		}
+		b, ok := s.backends.Load().get(in.Backend)
+		if !ok {
+			s.log.Warn("logged create waits for its backend", "name", name, "backend", in.Backend)
+			continue
+		}
+		var mreq abi.CreateVolumeRequest
+		if err := mreq.UnmarshalWire(in.Request); err != nil {
+			s.log.Error("logged create does not decode; dropped", "name", name, "err", err)
+			complete = append(complete, drop)
+			continue
+		}
+		v, err := s.createAndRecord(dctx, b, &in, &mreq)
+		if err != nil {
+			s.log.Error("finish a logged create; the next CreateVolume of its name or start tries again", "name", name, "err", err)
+			continue
+		}
+		s.log.Info("finished a logged create", "name", name, "volume", v.ID)
+		complete = append(complete, drop)
+	}
+	// A repeated create that found its volume may not have touched, nor
+	// reported, the pool folder whose sync the crash cut off: sync every
+	// pool folder, then complete.
+	folders := dirs.Dirs()
+	for _, m := range s.cfg.Modules {
+		if !slices.Contains(m.HostCalls, "dir") && !slices.Contains(m.HostCalls, "file") {
+			continue
+		}
+		for _, r := range m.Roots {
+			if filepath.IsAbs(r) && !strings.HasPrefix(r, "/dev/") && !slices.Contains(folders, r) {
+				folders = append(folders, r)
+			}
+		}
+	}
+	for _, f := range folders {
+		if err := syncFolder(f); err != nil {
+			s.log.Error("sync pool folder; the operations finished now complete at the next start", "folder", f, "err", err)
+			return
+		}
+	}
+	for _, c := range complete {
+		if err := c(); err != nil {
+			s.log.Error("complete a finished operation", "err", err)
+		}
+	}
+}
+
+// ignoreNotFound is err unless it says the record is gone already.
+func ignoreNotFound(err error) error {
+	if errors.Is(err, state.ErrNotFound) {
+		return nil
+	}
+	return err
+}

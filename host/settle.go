@@ -1,0 +1,177 @@
+package host
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// settleDelay is how long the settler gathers operations before it syncs
+// their pool folders: one folder sync covers every operation of the batch.
+const settleDelay = 200 * time.Millisecond
+
+// settler makes the pool folder changes of controller operations durable
+// in batches, and only then writes what completes each operation (drops
+// its intent, removes the record of a deleted volume), so that no
+// completion reaches the disk before the change it describes
+// (RATIONALE.md, "Records").
+type settler struct {
+	log *slog.Logger
+
+	mu      sync.Mutex
+	queue   []settling
+	waiters []chan struct{} // flush callers, released after the next batch
+	pending map[string]int  // keys with a completion queued
+
+	kick, urgent chan struct{}
+	stop, done   chan struct{}
+}
+
+// settling is one operation waiting for its batch.
+type settling struct {
+	key      string   // the volume ID or intent key it completes
+	dirs     []string // pool folders whose entries it changed unsynced
+	complete func() error
+}
+
+func newSettler(log *slog.Logger) *settler {
+	st := &settler{
+		log: log, pending: map[string]int{},
+		kick: make(chan struct{}, 1), urgent: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	go st.loop()
+	return st
+}
+
+// add queues complete to run once dirs are synced.
+func (st *settler) add(key string, dirs []string, complete func() error) {
+	st.mu.Lock()
+	st.queue = append(st.queue, settling{key: key, dirs: dirs, complete: complete})
+	st.pending[key]++
+	st.mu.Unlock()
+	select {
+	case st.kick <- struct{}{}:
+	default:
+	}
+}
+
+// settling reports whether a completion of key is queued.
+func (st *settler) settling(key string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.pending[key] > 0
+}
+
+// flush runs a batch now and returns once every operation queued before
+// the call is through one (or ctx ends).
+func (st *settler) flush(ctx context.Context) error {
+	ch := make(chan struct{})
+	st.mu.Lock()
+	st.waiters = append(st.waiters, ch)
+	st.mu.Unlock()
+	select {
+	case st.urgent <- struct{}{}:
+	default:
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-st.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// close settles what is queued and stops the settler.
+func (st *settler) close() {
+	select {
+	case <-st.stop:
+	default:
+		close(st.stop)
+	}
+	<-st.done
+}
+
+func (st *settler) loop() {
+	defer close(st.done)
+	for {
+		select {
+		case <-st.stop:
+			st.batch()
+			return
+		case <-st.urgent:
+		case <-st.kick:
+			t := time.NewTimer(settleDelay)
+			select {
+			case <-t.C:
+			case <-st.urgent:
+				t.Stop()
+			case <-st.stop:
+				t.Stop()
+			}
+		}
+		st.batch()
+	}
+}
+
+// batch syncs the folders of every queued operation, once each, and then
+// writes their completions in the order they were queued. If a folder
+// does not sync, nothing of the batch completes: it is tried again with
+// the next one, and start-up finishes it after a restart.
+func (st *settler) batch() {
+	st.mu.Lock()
+	q, w := st.queue, st.waiters
+	st.queue, st.waiters = nil, nil
+	st.mu.Unlock()
+	defer func() {
+		for _, ch := range w {
+			close(ch)
+		}
+	}()
+	if len(q) == 0 {
+		return
+	}
+	seen := map[string]bool{}
+	for _, op := range q {
+		for _, d := range op.dirs {
+			if seen[d] {
+				continue
+			}
+			seen[d] = true
+			if err := syncFolder(d); err != nil {
+				st.log.Error("sync pool folder; its operations complete later", "folder", d, "err", err)
+				st.mu.Lock()
+				st.queue = append(q, st.queue...)
+				st.mu.Unlock()
+				return
+			}
+		}
+	}
+	for _, op := range q {
+		if err := op.complete(); err != nil {
+			st.log.Error("complete an operation; start-up finishes it", "key", op.key, "err", err)
+		}
+	}
+	st.mu.Lock()
+	for _, op := range q {
+		if st.pending[op.key]--; st.pending[op.key] <= 0 {
+			delete(st.pending, op.key)
+		}
+	}
+	st.mu.Unlock()
+}
+
+// syncFolder makes the entries of the folder path durable.
+func syncFolder(path string) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Fsync(fd)
+}
