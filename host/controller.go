@@ -242,7 +242,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		return nil, fmt.Errorf("log the create of %q: %w", name, err)
 	}
 	var dirs hostcalls.DirSyncs
-	v, err := s.createAndRecord(hostcalls.WithDirSyncs(ctx, &dirs), b, &intent, &mreq)
+	v, err := s.createAndRecord(s.deferSyncs(ctx, b, &dirs), b, &intent, &mreq)
 	// Whatever the outcome, the intent goes once the pool changes are
 	// durable, after the record if there is one.
 	s.settle.add(intent.Key, dirs.Dirs(), func() error { return s.store.DropIntentSoon(intent.Key, intent.CreatedAt) })
@@ -518,7 +518,7 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 		}
 	}
 	var dirs hostcalls.DirSyncs
-	if err := b.call(hostcalls.WithDirSyncs(ctx, &dirs), abi.OpDeleteVolume, &abi.DeleteVolumeRequest{Volume: volumeRef(&v)}, &abi.Empty{}); err != nil {
+	if err := b.call(s.deferSyncs(ctx, b, &dirs), abi.OpDeleteVolume, &abi.DeleteVolumeRequest{Volume: volumeRef(&v)}, &abi.Empty{}); err != nil {
 		// The volume is still there: show it again. Should that fail,
 		// the mark stays and the next DeleteVolume or start-up repeats
 		// the module's delete.
@@ -530,6 +530,29 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	}
 	s.settle.add(id, dirs.Dirs(), func() error { return ignoreNotFound(s.store.DeleteVolumeSoon(id)) })
 	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// syncDeferrable are the host call families whose durable effects are
+// the pool entries themselves (or nothing).
+var syncDeferrable = []string{"dir", "file", "loop", "mount", "net"}
+
+// deferSyncs returns ctx with d, so that the module's pool folder changes
+// are left to the settler, for a backend granted no other family: a module
+// that also keeps state elsewhere (device-mapper, an iSCSI target) may
+// record what it chose there in pool files (dmthin's thin ID claims,
+// iscsi's LUN), which a power loss must not take while the state they
+// describe stays, so its calls sync as they go.
+func (s *Server) deferSyncs(ctx context.Context, b *backend, d *hostcalls.DirSyncs) context.Context {
+	m, ok := s.cfg.Modules[b.name]
+	if !ok {
+		return ctx
+	}
+	for _, f := range m.HostCalls {
+		if !slices.Contains(syncDeferrable, f) {
+			return ctx
+		}
+	}
+	return hostcalls.WithDirSyncs(ctx, d)
 }
 
 // settleDeletion finishes the deletion of v, marked deleting, before its

@@ -36,7 +36,6 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 		return
 	}
 	var dirs hostcalls.DirSyncs
-	dctx := hostcalls.WithDirSyncs(ctx, &dirs)
 	var complete []func() error
 	deleting := map[string]bool{}
 	for _, v := range dels {
@@ -46,7 +45,7 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 			s.log.Warn("volume being deleted waits for its backend", "volume", v.ID, "backend", v.Backend)
 			continue
 		}
-		if err := b.call(dctx, abi.OpDeleteVolume, &abi.DeleteVolumeRequest{Volume: volumeRef(&v)}, &abi.Empty{}); err != nil {
+		if err := b.call(s.deferSyncs(ctx, b, &dirs), abi.OpDeleteVolume, &abi.DeleteVolumeRequest{Volume: volumeRef(&v)}, &abi.Empty{}); err != nil {
 			s.log.Error("finish the deletion of a volume; the next DeleteVolume or start tries again", "volume", v.ID, "err", err)
 			continue
 		}
@@ -76,7 +75,7 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 			complete = append(complete, drop)
 			continue
 		}
-		v, err := s.createAndRecord(dctx, b, &in, &mreq)
+		v, err := s.createAndRecord(s.deferSyncs(ctx, b, &dirs), b, &in, &mreq)
 		if err != nil {
 			s.log.Error("finish a logged create; the next CreateVolume of its name or start tries again", "name", name, "err", err)
 			continue
