@@ -558,7 +558,9 @@ func (s *Server) deferSyncs(ctx context.Context, b *backend, d *hostcalls.DirSyn
 // settleDeletion finishes the deletion of v, marked deleting, before its
 // name is used again: it waits for the settler's batch, or, when no batch
 // holds it (the module's delete failed, or start-up could not finish it),
-// deletes it again and removes its record, waiting for the disk.
+// deletes it again, syncs the backend's pool folders (the rmdir may be
+// an earlier call's, its sync still to come) and removes its record,
+// waiting for the disk.
 func (s *Server) settleDeletion(ctx context.Context, v state.Volume) error {
 	if s.settle.settling(v.ID) {
 		if err := s.settle.flush(ctx); err != nil {
@@ -572,7 +574,11 @@ func (s *Server) settleDeletion(ctx context.Context, v state.Volume) error {
 	if !ok {
 		return errf(codes.FailedPrecondition, "volume %q of this name is being deleted and its backend %q is not loaded", v.ID, v.Backend)
 	}
-	if err := b.call(ctx, abi.OpDeleteVolume, &abi.DeleteVolumeRequest{Volume: volumeRef(&v)}, &abi.Empty{}); err != nil {
+	var dirs hostcalls.DirSyncs
+	if err := b.call(s.deferSyncs(ctx, b, &dirs), abi.OpDeleteVolume, &abi.DeleteVolumeRequest{Volume: volumeRef(&v)}, &abi.Empty{}); err != nil {
+		return fmt.Errorf("finish the deletion of volume %s of this name: %w", v.ID, err)
+	}
+	if err := s.syncPools(dirs.Dirs(), b.name); err != nil {
 		return fmt.Errorf("finish the deletion of volume %s of this name: %w", v.ID, err)
 	}
 	if err := s.store.DeleteVolume(v.ID); err != nil && !errors.Is(err, state.ErrNotFound) {

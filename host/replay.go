@@ -3,6 +3,8 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -86,22 +88,9 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 	// A repeated create that found its volume may not have touched, nor
 	// reported, the pool folder whose sync the crash cut off: sync every
 	// pool folder, then complete.
-	folders := dirs.Dirs()
-	for _, m := range s.cfg.Modules {
-		if !slices.Contains(m.HostCalls, "dir") && !slices.Contains(m.HostCalls, "file") {
-			continue
-		}
-		for _, r := range m.Roots {
-			if filepath.IsAbs(r) && !strings.HasPrefix(r, "/dev/") && !slices.Contains(folders, r) {
-				folders = append(folders, r)
-			}
-		}
-	}
-	for _, f := range folders {
-		if err := syncFolder(f); err != nil {
-			s.log.Error("sync pool folder; the operations finished now complete at the next start", "folder", f, "err", err)
-			return
-		}
+	if err := s.syncPools(dirs.Dirs(), slices.Collect(maps.Keys(s.cfg.Modules))...); err != nil {
+		s.log.Error("the operations finished now complete at the next start", "err", err)
+		return
 	}
 	for _, c := range complete {
 		if err := c(); err != nil {
@@ -116,4 +105,28 @@ func ignoreNotFound(err error) error {
 		return nil
 	}
 	return err
+}
+
+// syncPools syncs the folders dirs and every pool folder of the modules
+// named: a repeated create or delete that found its work done may not
+// have touched, nor reported, the folder whose sync is still to come.
+func (s *Server) syncPools(dirs []string, modules ...string) error {
+	folders := slices.Clone(dirs)
+	for _, name := range modules {
+		m := s.cfg.Modules[name]
+		if !slices.Contains(m.HostCalls, "dir") && !slices.Contains(m.HostCalls, "file") {
+			continue
+		}
+		for _, r := range m.Roots {
+			if filepath.IsAbs(r) && !strings.HasPrefix(r, "/dev/") && !slices.Contains(folders, r) {
+				folders = append(folders, r)
+			}
+		}
+	}
+	for _, f := range folders {
+		if err := syncFolder(f); err != nil {
+			return fmt.Errorf("sync pool folder %s: %w", f, err)
+		}
+	}
+	return nil
 }

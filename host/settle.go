@@ -148,6 +148,10 @@ func (st *settler) batch() {
 				st.mu.Lock()
 				st.queue = append(q, st.queue...)
 				st.mu.Unlock()
+				select {
+				case st.kick <- struct{}{}:
+				default:
+				}
 				return
 			}
 		}
