@@ -338,16 +338,14 @@ func (s *Server) checkVolumeIDFree(backend, local, name string, inline bool) err
 			return err
 		}
 	}
-	if holder == "" {
-		recs, err := s.store.ListEphemerals()
-		if err != nil {
-			return err
+	for _, id := range spellings {
+		if holder != "" {
+			break
 		}
-		for _, e := range recs {
-			if slices.Contains(spellings, e.VolumeID) {
-				holder, holderID, holderInline = e.Name, e.VolumeID, true
-				break
-			}
+		if e, err := s.store.EphemeralByVolumeID(id); err == nil {
+			holder, holderID, holderInline = e.Name, id, true
+		} else if !errors.Is(err, state.ErrNotFound) {
+			return err
 		}
 	}
 	if holder == "" || (holder == name && holderInline == inline) {

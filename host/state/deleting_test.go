@@ -1,6 +1,7 @@
 package state
 
 import (
+	"errors"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -186,4 +187,76 @@ func BenchmarkDeletingVolumes(b *testing.B) {
 			b.Fatalf("%d volumes marked, want 1", len(vols))
 		}
 	}
+}
+
+// The ephemeral volume holding a node volume ID is found through the
+// ephemeral_volumes index, which follows every put and delete of the
+// records, survives a reopen, and is built on Open for a file without it.
+func TestEphemeralVolumeIndex(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(co, vol string) {
+		t.Helper()
+		if err := s.PutEphemeral(Ephemeral{COVolumeID: co, Name: "name-" + co, Phase: EphemeralPublishing, VolumeID: vol, CreatedAt: created}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder := func(vol string) string {
+		t.Helper()
+		e, err := s.EphemeralByVolumeID(vol)
+		if errors.Is(err, ErrNotFound) {
+			return ""
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.COVolumeID
+	}
+	for i := range 30 {
+		put("co-"+strconv.Itoa(i), "vol-"+strconv.Itoa(i))
+	}
+	put("co-none", "")    // no answer from create_volume yet
+	put("co-5", "vol-5")  // the same again
+	put("co-7", "vol-7b") // another volume: the old one is no longer held
+	if err := s.DeleteEphemeral("co-9"); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		for vol, want := range map[string]string{"vol-1": "co-1", "vol-5": "co-5", "vol-7": "", "vol-7b": "co-7", "vol-9": "", "vol-29": "co-29", "": ""} {
+			if got := holder(vol); got != want {
+				t.Errorf("%s: volume %q held by %q, want %q", when, vol, got, want)
+			}
+		}
+	}
+	check("written")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	check("reopened")
+	checkDB(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketEphemeralVolumes) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	check("index built on open")
 }

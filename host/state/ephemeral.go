@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/wasmcsi/wasmcsi/abi/wire"
+	bolt "go.etcd.io/bbolt"
 )
 
 // Ephemeral is a CSI ephemeral inline volume on this node, keyed by the
@@ -56,12 +57,88 @@ func (s *Store) PutEphemeral(e Ephemeral) error {
 		return fmt.Errorf("put ephemeral %s: %w", e.COVolumeID, invalid(err))
 	}
 	err = s.write(func(tx *txn) error {
-		return tx.Bucket(bucketEphemeral).Put([]byte(e.COVolumeID), val)
+		recs := tx.Bucket(bucketEphemeral)
+		if err := unindexEphemeral(tx, e.COVolumeID, recs.Get([]byte(e.COVolumeID)), e.VolumeID); err != nil {
+			return err
+		}
+		if e.VolumeID != "" {
+			if err := tx.Bucket(bucketEphemeralVolumes).Put([]byte(e.VolumeID), []byte(e.COVolumeID)); err != nil {
+				return err
+			}
+		}
+		return recs.Put([]byte(e.COVolumeID), val)
 	})
 	if err != nil {
 		return fmt.Errorf("put ephemeral %s: %w", e.COVolumeID, err)
 	}
 	return nil
+}
+
+// unindexEphemeral drops the ephemeral_volumes entry of old, the record of
+// coVolumeID being replaced or deleted (nil: none), unless it names keep
+// or another record's volume.
+func unindexEphemeral(tx *txn, coVolumeID string, old []byte, keep string) error {
+	if old == nil {
+		return nil
+	}
+	e, err := decodeEphemeral(old)
+	if err != nil {
+		return corrupt("ephemeral", coVolumeID, err)
+	}
+	if e.VolumeID == "" || e.VolumeID == keep {
+		return nil
+	}
+	idx := tx.Bucket(bucketEphemeralVolumes)
+	if string(idx.Get([]byte(e.VolumeID))) != coVolumeID {
+		return nil
+	}
+	return idx.Delete([]byte(e.VolumeID))
+}
+
+// EphemeralByVolumeID returns the record of the ephemeral volume whose
+// node volume is volumeID, or ErrNotFound: one read of an index, however
+// many ephemeral volumes the node holds.
+func (s *Store) EphemeralByVolumeID(volumeID string) (Ephemeral, error) {
+	var e Ephemeral
+	var found bool
+	err := s.view(func(tx *txn) error {
+		co := tx.Bucket(bucketEphemeralVolumes).Get([]byte(volumeID))
+		if co == nil {
+			return nil
+		}
+		b := tx.Bucket(bucketEphemeral).Get(co)
+		if b == nil {
+			return corrupt("ephemeral_volumes index", volumeID, fmt.Errorf("no ephemeral %s", co))
+		}
+		var err error
+		if e, err = decodeEphemeral(b); err != nil {
+			return corrupt("ephemeral", string(co), err)
+		}
+		found = true
+		return nil
+	})
+	if err == nil && !found {
+		err = ErrNotFound
+	}
+	if err != nil {
+		return Ephemeral{}, fmt.Errorf("ephemeral of volume %s: %w", volumeID, err)
+	}
+	return e, nil
+}
+
+// indexEphemeralVolumes fills ephemeral_volumes from the ephemeral records.
+func indexEphemeralVolumes(tx *bolt.Tx) error {
+	idx := tx.Bucket(bucketEphemeralVolumes)
+	return tx.Bucket(bucketEphemeral).ForEach(func(k, b []byte) error {
+		e, err := decodeEphemeral(b)
+		if err != nil {
+			return corrupt("ephemeral", string(k), err)
+		}
+		if e.VolumeID == "" {
+			return nil
+		}
+		return idx.Put([]byte(e.VolumeID), k)
+	})
 }
 
 // GetEphemeral returns the record of the ephemeral volume the CO calls
@@ -87,8 +164,12 @@ func (s *Store) GetEphemeral(coVolumeID string) (Ephemeral, error) {
 func (s *Store) DeleteEphemeral(coVolumeID string) error {
 	err := s.write(func(tx *txn) error {
 		b := tx.Bucket(bucketEphemeral)
-		if b.Get([]byte(coVolumeID)) == nil {
+		old := b.Get([]byte(coVolumeID))
+		if old == nil {
 			return refuse(ErrNotFound)
+		}
+		if err := unindexEphemeral(tx, coVolumeID, old, ""); err != nil {
+			return err
 		}
 		return b.Delete([]byte(coVolumeID))
 	})

@@ -28,6 +28,7 @@
 //	ephemeral        the CO's volume ID -> Ephemeral (inline ephemeral volumes)
 //	intents          intent key -> Intent (operations logged before a module runs them)
 //	volumes_deleting volume ID -> empty: the volumes marked Deleting, which start-up finishes
+//	ephemeral_volumes volume ID -> the CO's volume ID: the inline ephemeral volume that holds it
 //
 // The length prefix in composite keys keeps a volume ID from being a prefix
 // of another key by accident, so a prefix scan finds exactly one volume's
@@ -103,6 +104,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,9 +149,10 @@ var (
 	bucketPublishes      = []byte("publishes")
 	bucketEphemeral      = []byte("ephemeral")
 	bucketIntents        = []byte("intents")
-	// bucketVolumesDeleting is made, and filled from the volume records,
-	// after the log's replay (openDeletingIndex), not by initSchema.
-	bucketVolumesDeleting = []byte("volumes_deleting")
+	// The derived indexes are made, and filled from the records they
+	// index, after the log's replay (openIndexes), not by initSchema.
+	bucketVolumesDeleting  = []byte("volumes_deleting")
+	bucketEphemeralVolumes = []byte("ephemeral_volumes")
 
 	keySchema = []byte("schema")
 
@@ -159,7 +162,7 @@ var (
 		bucketMeta, bucketVolumes, bucketVolumeNames, bucketSnapshots,
 		bucketSnapshotNames, bucketSnapshotSource, bucketGroups,
 		bucketGroupNames, bucketStages, bucketPublishes, bucketEphemeral,
-		bucketIntents, bucketVolumesDeleting,
+		bucketIntents, bucketVolumesDeleting, bucketEphemeralVolumes,
 	}
 )
 
@@ -242,7 +245,7 @@ func open(path string, opts options) (*Store, error) {
 	if err == nil {
 		var next uint64
 		if seq, next, err = recoverLog(db, path); err == nil {
-			err = openDeletingIndex(db)
+			err = openIndexes(db)
 		}
 		if err == nil {
 			seg, err = startSegment(path, next)
@@ -294,7 +297,7 @@ func initSchema(tx *bolt.Tx) error {
 		}
 	}
 	for _, name := range allBuckets {
-		if bytes.Equal(name, bucketVolumesDeleting) {
+		if slices.ContainsFunc(derivedIndexes, func(d derivedIndex) bool { return bytes.Equal(d.bucket, name) }) {
 			continue
 		}
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -307,24 +310,45 @@ func initSchema(tx *bolt.Tx) error {
 	return nil
 }
 
-// openDeletingIndex makes the volumes_deleting index of a file that has
-// none (a new one, or one written before the index) from its volume
-// records, in one transaction with the bucket, so that a crash cannot
-// leave the bucket without its entries. It runs after the log's replay,
-// which may mark volumes of such a file in their records alone.
-func openDeletingIndex(db *bolt.DB) error {
-	var have bool
+// derivedIndex is an index bucket whose entries follow from the records
+// of another: fill writes them from those records.
+type derivedIndex struct {
+	bucket []byte
+	fill   func(tx *bolt.Tx) error
+}
+
+var derivedIndexes = []derivedIndex{
+	{bucketVolumesDeleting, indexDeletingVolumes},
+	{bucketEphemeralVolumes, indexEphemeralVolumes},
+}
+
+// openIndexes makes each derived index a file lacks (a new file, or one
+// written before the index) from the records it indexes, in one
+// transaction with its bucket, so that a crash cannot leave the bucket
+// without its entries. It runs after the log's replay, which may change
+// such a file's records alone.
+func openIndexes(db *bolt.DB) error {
+	var missing []derivedIndex
 	if err := db.View(func(tx *bolt.Tx) error {
-		have = tx.Bucket(bucketVolumesDeleting) != nil
+		for _, d := range derivedIndexes {
+			if tx.Bucket(d.bucket) == nil {
+				missing = append(missing, d)
+			}
+		}
 		return nil
-	}); err != nil || have {
+	}); err != nil || len(missing) == 0 {
 		return err
 	}
 	return db.Update(func(tx *bolt.Tx) error {
-		if _, err := tx.CreateBucket(bucketVolumesDeleting); err != nil {
-			return fmt.Errorf("create bucket %s: %w", bucketVolumesDeleting, err)
+		for _, d := range missing {
+			if _, err := tx.CreateBucket(d.bucket); err != nil {
+				return fmt.Errorf("create bucket %s: %w", d.bucket, err)
+			}
+			if err := d.fill(tx); err != nil {
+				return fmt.Errorf("index %s: %w", d.bucket, err)
+			}
 		}
-		return indexDeletingVolumes(tx)
+		return nil
 	})
 }
 
