@@ -2,10 +2,14 @@
 // the names and signatures of every export and import (see ABI.md), the
 // messages that cross the boundary, and the status codes they carry.
 //
-// abi depends on nothing else of wasmcsi and on no reflection, so that the
-// host, the SDK and guests built with TinyGo or standard Go share one copy.
+// abi depends on nothing else of wasmcsi, and its codec on no reflection, so
+// that the host, the SDK and guests built with TinyGo or standard Go share one
+// copy (only Errorf formats with fmt, and a guest links fmt only if it calls
+// Errorf).
 // It must never grow host-only or guest-only code.
 package abi
+
+import "fmt"
 
 // Version is the ABI version a module reports from its
 // wasmcsi_abi_version export. The host refuses every other value.
@@ -66,9 +70,19 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code.String() + ": " + e.Message }
 
-// Errorf is a small, allocation-light constructor that TinyGo compiles
-// without fmt; callers that want formatting build the message themselves.
-func Errorf(code Code, msg string) *Error { return &Error{Code: code, Message: msg} }
+// Errorf returns an *Error with code and the message fmt.Errorf would
+// format. %w is accepted and formats its operand like %v, but the result does
+// not wrap it: an *Error crosses the boundary as code and message only, so
+// what it wrapped would be lost on the way, and a chain that errors.Is finds
+// in a native test but not in the module would mislead. Wrap an *Error with
+// fmt.Errorf("...: %w", err) instead to keep both.
+//
+// Errorf links fmt (and reflect) into a guest that calls it; a guest that
+// stays without fmt builds &Error{Code: code, Message: msg}, or uses sdk.Error
+// or sdk.Errorf without args.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Errorf(format, args...).Error()}
+}
 
 // CodeOf returns the code of err: the Code of an *Error anywhere in its
 // chain, OK for nil, Unknown otherwise.

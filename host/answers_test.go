@@ -34,7 +34,7 @@ func (n *notes) hostCall() hostcalls.Func {
 			// their ref, whose field 1 is the local ID, in field 1.
 			var v abi.DeleteVolumeRequest
 			if err := v.UnmarshalWire(req); err != nil {
-				return nil, abi.Errorf(abi.InvalidArgument, err.Error())
+				return nil, abi.Errorf(abi.InvalidArgument, "%v", err)
 			}
 			n.mu.Lock()
 			n.deletes = append(n.deletes, v.Volume.LocalID)

@@ -237,14 +237,14 @@ func callModule(ctx context.Context, m *modules.Module, op abi.Op, req, resp abi
 		return err
 	}
 	if err := resp.UnmarshalWire(out); err != nil {
-		return abi.Errorf(abi.Internal, fmt.Sprintf("module %s: %s answered garbage: %v", m.Name(), op, err))
+		return abi.Errorf(abi.Internal, "module %s: %s answered garbage: %v", m.Name(), op, err)
 	}
 	return nil
 }
 
 func (b *backend) call(ctx context.Context, op abi.Op, req, resp abi.Message) error {
 	if !b.has(op) {
-		return abi.Errorf(abi.Unimplemented, fmt.Sprintf("backend %q does not implement %s", b.name, op))
+		return abi.Errorf(abi.Unimplemented, "backend %q does not implement %s", b.name, op)
 	}
 	return callModule(ctx, b.mod, op, req, resp)
 }

@@ -153,7 +153,7 @@ func (s *Server) cutGroup(ctx context.Context, gid, name string, vols []state.Vo
 		case rerr.Code == abi.DeadlineExceeded:
 			// A hold that ran out explains a member's failure better
 			// than the member's own deadline error does.
-			err = abi.Errorf(rerr.Code, rerr.Message+"; the member being cut: "+status.Convert(toStatus(err)).Message())
+			err = abi.Errorf(rerr.Code, "%s; the member being cut: %s", rerr.Message, status.Convert(toStatus(err)).Message())
 		}
 	}
 	if len(targets) > 0 {

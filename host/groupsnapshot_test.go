@@ -343,7 +343,7 @@ func faultyClone(t testing.TB, ctl string, hook func()) hostcalls.Func {
 				hook()
 			}
 			if _, err := os.Stat(filepath.Join(ctl, "fail")); err == nil {
-				return nil, abi.Errorf(abi.ResourceExhausted, "injected: no room to clone "+r.Source)
+				return nil, abi.Errorf(abi.ResourceExhausted, "injected: no room to clone %s", r.Source)
 			}
 			for start := time.Now(); time.Since(start) < 2*time.Minute; time.Sleep(20 * time.Millisecond) {
 				if _, err := os.Stat(filepath.Join(ctl, "hang")); err != nil {
@@ -365,7 +365,7 @@ func faultyRemove(t testing.TB, ctl string) hostcalls.Func {
 		var r abi.FileRequest
 		if err := r.UnmarshalWire(req); err == nil && strings.HasSuffix(r.Path, ".snap") && strings.Contains(filepath.Base(r.Path), "-a-") {
 			if _, err := os.Stat(filepath.Join(ctl, "failremove")); err == nil {
-				return nil, abi.Errorf(abi.Unavailable, "injected: cannot remove "+r.Path)
+				return nil, abi.Errorf(abi.Unavailable, "injected: cannot remove %s", r.Path)
 			}
 		}
 		return real.Call(ctx, env, req)

@@ -176,14 +176,14 @@ func (g *gate) hostCall() hostcalls.Func {
 		Call: func(ctx context.Context, _ *hostcalls.Env, req []byte) ([]byte, error) {
 			var r abi.CreateVolumeRequest
 			if err := r.UnmarshalWire(req); err != nil {
-				return nil, abi.Errorf(abi.InvalidArgument, err.Error())
+				return nil, abi.Errorf(abi.InvalidArgument, "%v", err)
 			}
 			g.entered <- r.Name
 			select {
 			case <-g.open:
 				return nil, nil
 			case <-ctx.Done():
-				return nil, abi.Errorf(abi.DeadlineExceeded, "test_wait: "+ctx.Err().Error())
+				return nil, abi.Errorf(abi.DeadlineExceeded, "test_wait: %v", ctx.Err())
 			}
 		},
 	}

@@ -69,7 +69,7 @@ func Typed[Req any, Resp any, PReq interface {
 		Call: func(ctx context.Context, env *Env, raw []byte) ([]byte, error) {
 			req := PReq(new(Req))
 			if err := req.UnmarshalWire(raw); err != nil {
-				return nil, abi.Errorf(abi.InvalidArgument, name+": bad request: "+err.Error())
+				return nil, abi.Errorf(abi.InvalidArgument, "%s: bad request: %v", name, err)
 			}
 			resp, err := fn(ctx, env, req)
 			if err != nil {
@@ -90,7 +90,7 @@ func Typed[Req any, Resp any, PReq interface {
 // an equivalent), which Confine alone cannot see.
 func Confine(roots []string, path string, allowRoot bool) (string, error) {
 	if path == "" || !filepath.IsAbs(path) {
-		return "", abi.Errorf(abi.InvalidArgument, "path "+quote(path)+" is not absolute")
+		return "", abi.Errorf(abi.InvalidArgument, "path %s is not absolute", quote(path))
 	}
 	clean := filepath.Clean(path)
 	for _, r := range roots {
@@ -105,7 +105,7 @@ func Confine(roots []string, path string, allowRoot bool) (string, error) {
 			return clean, nil
 		}
 	}
-	return "", abi.Errorf(abi.PermissionDenied, "path "+quote(path)+" is outside the granted roots")
+	return "", abi.Errorf(abi.PermissionDenied, "path %s is outside the granted roots", quote(path))
 }
 
 func quote(s string) string { return "\"" + s + "\"" }
@@ -121,7 +121,7 @@ func PoolPath(env *Env, path, what string) (root, name string, err error) {
 	}
 	root, name = filepath.Dir(clean), filepath.Base(clean)
 	if !IsRoot(env, root) {
-		return "", "", abi.Errorf(abi.InvalidArgument, what+" "+quote(path)+" is not directly in a granted pool folder")
+		return "", "", abi.Errorf(abi.InvalidArgument, "%s %s is not directly in a granted pool folder", what, quote(path))
 	}
 	return root, name, nil
 }

@@ -65,7 +65,7 @@ func (c *Pools[P]) Acquire(root string) (pool P, release func(), err error) {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			code = abi.FailedPrecondition
 		}
-		return zero, nil, abi.Errorf(code, fmt.Sprintf("pool %s: %v", root, err))
+		return zero, nil, abi.Errorf(code, "pool %s: %v", root, err)
 	}
 	c.mu.Lock()
 	e := c.m[root]

@@ -61,13 +61,13 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		WithStderr(inst.stderr)
 	mem, err := m.newGuestMemory(int64(m.minPages)*pageSize, int64(m.limits.MemoryPages)*pageSize)
 	if err != nil {
-		return nil, abi.Errorf(abi.ResourceExhausted, fmt.Sprintf("module %q: instantiate: %v", m.name, err))
+		return nil, abi.Errorf(abi.ResourceExhausted, "module %q: instantiate: %v", m.name, err)
 	}
 	inst.mem = mem
 	mod, err := m.wrt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mem), m.compiled, cfg)
 	if err != nil {
 		mem.release()
-		return nil, abi.Errorf(abi.Internal, fmt.Sprintf("module %q: instantiate: %v", m.name, err))
+		return nil, abi.Errorf(abi.Internal, "module %q: instantiate: %v", m.name, err)
 	}
 	inst.mod = mod
 	for op := range m.ops {
@@ -83,7 +83,7 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 	if s := m.setup.Load(); s != nil && inst.fns[s.op] != nil {
 		ret, err := inst.invoke(ctx, inst.fns[s.op], string(s.op), s.req)
 		if code := abi.Code(ret); err == nil && code != abi.OK {
-			err = abi.Errorf(abi.Internal, fmt.Sprintf("module %q: %s of a new instance answered %s: %s", m.name, s.op, code, inst.resp))
+			err = abi.Errorf(abi.Internal, "module %q: %s of a new instance answered %s: %s", m.name, s.op, code, inst.resp)
 		}
 		inst.resp = nil
 		if err != nil {
@@ -169,7 +169,7 @@ func (inst *instance) failure(err error) error {
 		}
 	}
 	m.log.Warn("module call failed; instance discarded", "op", inst.op, "code", code, "err", msg)
-	return abi.Errorf(code, msg)
+	return &abi.Error{Code: code, Message: msg}
 }
 
 // current returns the instance whose call is running on ctx.

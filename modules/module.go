@@ -96,7 +96,7 @@ func (m *Module) SetInstanceSetup(op abi.Op, req []byte) {
 // Call does not keep req; the caller owns the returned bytes.
 func (m *Module) Call(ctx context.Context, op abi.Op, req []byte) ([]byte, error) {
 	if !m.ops[op] {
-		return nil, abi.Errorf(abi.Unimplemented, fmt.Sprintf("module %q does not implement %s", m.name, op))
+		return nil, abi.Errorf(abi.Unimplemented, "module %q does not implement %s", m.name, op)
 	}
 	start := time.Now()
 	if err := ctx.Err(); err != nil {
@@ -110,9 +110,9 @@ func (m *Module) Call(ctx context.Context, op abi.Op, req []byte) ([]byte, error
 			if cur, ok := m.rt.Module(m.name); ok && cur != m {
 				return cur.Call(ctx, op, req)
 			}
-			err = abi.Errorf(abi.Unavailable, fmt.Sprintf("module %q is not loaded", m.name))
+			err = abi.Errorf(abi.Unavailable, "module %q is not loaded", m.name)
 		} else if errors.Is(err, errBusy) {
-			err = abi.Errorf(abi.Unavailable, fmt.Sprintf("module %q busy: %v", m.name, err))
+			err = abi.Errorf(abi.Unavailable, "module %q busy: %v", m.name, err)
 		}
 		m.observe(op, start, codeOf(err))
 		return nil, err
@@ -130,7 +130,7 @@ func (m *Module) Call(ctx context.Context, op abi.Op, req []byte) ([]byte, error
 		switch code := abi.Code(ret); {
 		case !code.Valid():
 			keep = false
-			err = abi.Errorf(abi.Internal, fmt.Sprintf("module %q: %s returned garbage code %d", m.name, op, int32(ret)))
+			err = abi.Errorf(abi.Internal, "module %q: %s returned garbage code %d", m.name, op, int32(ret))
 			m.log.Warn("module returned a garbage code; instance discarded", "op", op, "code", int32(ret))
 		case code != abi.OK:
 			err = &abi.Error{Code: code, Message: string(inst.resp)}
@@ -166,9 +166,9 @@ func codeOf(err error) abi.Code {
 
 func ctxError(module, what string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
-		return abi.Errorf(abi.DeadlineExceeded, fmt.Sprintf("module %q: %s: deadline exceeded", module, what))
+		return abi.Errorf(abi.DeadlineExceeded, "module %q: %s: deadline exceeded", module, what)
 	}
-	return abi.Errorf(abi.Canceled, fmt.Sprintf("module %q: %s: canceled", module, what))
+	return abi.Errorf(abi.Canceled, "module %q: %s: canceled", module, what)
 }
 
 // load compiles, checks and warms one module version. It does not publish it.

@@ -82,13 +82,13 @@ func ValidNameID(id string) bool {
 // than "/" and drops trailing slashes.
 func PoolRoot(root string) (string, error) {
 	if !strings.HasPrefix(root, "/") {
-		return "", abi.Errorf(abi.InvalidArgument, "pool folder "+strconv.Quote(root)+" is not an absolute path")
+		return "", &abi.Error{Code: abi.InvalidArgument, Message: "pool folder " + strconv.Quote(root) + " is not an absolute path"}
 	}
 	for len(root) > 1 && strings.HasSuffix(root, "/") {
 		root = root[:len(root)-1]
 	}
 	if root == "/" {
-		return "", abi.Errorf(abi.InvalidArgument, "the root folder cannot be a pool folder")
+		return "", &abi.Error{Code: abi.InvalidArgument, Message: "the root folder cannot be a pool folder"}
 	}
 	return root, nil
 }

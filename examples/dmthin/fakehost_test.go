@@ -91,7 +91,7 @@ func (f *fakeSystem) install(t *testing.T) {
 	t.Cleanup(func() { hostcall.SetHost(nil) })
 }
 
-func errf(code abi.Code, msg string) error { return abi.Errorf(code, msg) }
+func errf(code abi.Code, msg string) error { return &abi.Error{Code: code, Message: msg} }
 
 func (f *fakeSystem) fileCreate(r *abi.FileCreateRequest) (*abi.Empty, error) {
 	if r.SizeBytes <= 0 {

@@ -90,7 +90,7 @@ func (s *fakeSAN) install() {
 	f := s.host
 	inPool := func(path string) error {
 		if dirOf(path) != s.pool || strings.HasPrefix(baseOf(path), ".") {
-			return abi.Errorf(abi.PermissionDenied, path+" is outside the granted roots")
+			return abi.Errorf(abi.PermissionDenied, "%s is outside the granted roots", path)
 		}
 		return nil
 	}
@@ -102,7 +102,7 @@ func (s *fakeSAN) install() {
 			if size == r.SizeBytes {
 				return &abi.Empty{}, nil
 			}
-			return nil, abi.Errorf(abi.AlreadyExists, r.Path+" exists with another size")
+			return nil, abi.Errorf(abi.AlreadyExists, "%s exists with another size", r.Path)
 		}
 		s.files[r.Path] = r.SizeBytes
 		return &abi.Empty{}, nil
@@ -111,9 +111,9 @@ func (s *fakeSAN) install() {
 		size, ok := s.files[r.Path]
 		switch {
 		case !ok:
-			return nil, abi.Errorf(abi.NotFound, r.Path+" not found")
+			return nil, abi.Errorf(abi.NotFound, "%s not found", r.Path)
 		case r.SizeBytes < size:
-			return nil, abi.Errorf(abi.InvalidArgument, "cannot shrink "+r.Path)
+			return nil, abi.Errorf(abi.InvalidArgument, "cannot shrink %s", r.Path)
 		}
 		s.files[r.Path] = r.SizeBytes
 		return &abi.Empty{}, nil
@@ -128,10 +128,10 @@ func (s *fakeSAN) install() {
 		}
 		size, ok := s.files[r.Source]
 		if !ok {
-			return nil, abi.Errorf(abi.NotFound, r.Source+" not found")
+			return nil, abi.Errorf(abi.NotFound, "%s not found", r.Source)
 		}
 		if _, ok := s.files[r.Target]; ok {
-			return nil, abi.Errorf(abi.AlreadyExists, r.Target+" exists")
+			return nil, abi.Errorf(abi.AlreadyExists, "%s exists", r.Target)
 		}
 		s.files[r.Target] = size
 		return &abi.Empty{}, nil
@@ -139,20 +139,20 @@ func (s *fakeSAN) install() {
 	moduletest.HandleTyped(f, "file", abi.HostCallFileStat, func(r *abi.FileRequest) (*abi.FileStat, error) {
 		size, ok := s.files[r.Path]
 		if !ok {
-			return nil, abi.Errorf(abi.NotFound, r.Path+" not found")
+			return nil, abi.Errorf(abi.NotFound, "%s not found", r.Path)
 		}
 		return &abi.FileStat{SizeBytes: size}, nil
 	})
 	moduletest.HandleTyped(f, "file", abi.HostCallFileStatfs, func(r *abi.FileRequest) (*abi.FileStatfs, error) {
 		if r.Path != s.pool {
-			return nil, abi.Errorf(abi.InvalidArgument, r.Path+" is not a pool folder")
+			return nil, abi.Errorf(abi.InvalidArgument, "%s is not a pool folder", r.Path)
 		}
 		return &abi.FileStatfs{TotalBytes: s.total, AvailableBytes: s.avail, UsedBytes: s.total - s.avail}, nil
 	})
 
 	granted := func(target string) error {
 		if !strings.HasPrefix(target, testPrefix) || target == testPrefix {
-			return abi.Errorf(abi.PermissionDenied, "target "+target+" is outside the granted IQN prefixes")
+			return abi.Errorf(abi.PermissionDenied, "target %s is outside the granted IQN prefixes", target)
 		}
 		return nil
 	}
@@ -165,16 +165,16 @@ func (s *fakeSAN) install() {
 		}
 		for _, p := range r.Portals {
 			if p != testPortal {
-				return nil, abi.Errorf(abi.PermissionDenied, "portal "+p+" is not granted")
+				return nil, abi.Errorf(abi.PermissionDenied, "portal %s is not granted", p)
 			}
 		}
 		size, ok := s.files[r.Path]
 		if !ok {
-			return nil, abi.Errorf(abi.NotFound, "backing store "+r.Path+" not found")
+			return nil, abi.Errorf(abi.NotFound, "backing store %s not found", r.Path)
 		}
 		if cur, ok := s.luns[r.Target][r.LUN]; ok {
 			if cur.path != r.Path {
-				return nil, abi.Errorf(abi.AlreadyExists, "LUN "+strconv.Itoa(int(r.LUN))+" already serves "+cur.path)
+				return nil, abi.Errorf(abi.AlreadyExists, "LUN %d already serves %s", int(r.LUN), cur.path)
 			}
 			cur.writeCache = r.WriteCache
 			return &abi.Empty{}, nil
@@ -209,7 +209,7 @@ func (s *fakeSAN) install() {
 		cur, ok := s.luns[r.Target][r.LUN]
 		switch {
 		case !ok:
-			return nil, abi.Errorf(abi.NotFound, "no LUN "+strconv.Itoa(int(r.LUN)))
+			return nil, abi.Errorf(abi.NotFound, "no LUN %d", int(r.LUN))
 		case r.SizeBytes%512 != 0:
 			return nil, abi.Errorf(abi.InvalidArgument, "odd size")
 		case s.files[cur.path] < r.SizeBytes:
@@ -223,7 +223,7 @@ func (s *fakeSAN) install() {
 			return nil, err
 		}
 		if _, ok := s.luns[r.Target][r.LUN]; !ok {
-			return nil, abi.Errorf(abi.NotFound, "no LUN "+strconv.Itoa(int(r.LUN)))
+			return nil, abi.Errorf(abi.NotFound, "no LUN %d", int(r.LUN))
 		}
 		if s.acls[r.Target] == nil {
 			s.acls[r.Target], s.chap[r.Target] = map[string][]int32{}, map[string]string{}
@@ -258,7 +258,7 @@ func (s *fakeSAN) install() {
 	})
 	moduletest.HandleTyped(f, "iscsi", abi.HostCallIscsiLogin, func(r *abi.IscsiTarget) (*abi.IscsiLoginResponse, error) {
 		if r.Portal != testPortal {
-			return nil, abi.Errorf(abi.PermissionDenied, "portal "+r.Portal+" is not granted")
+			return nil, abi.Errorf(abi.PermissionDenied, "portal %s is not granted", r.Portal)
 		}
 		luns, ok := s.acls[r.IQN][s.initiator]
 		if !ok {
@@ -268,7 +268,7 @@ func (s *fakeSAN) install() {
 			return nil, abi.Errorf(abi.PermissionDenied, "CHAP authentication failed")
 		}
 		if !slices.Contains(luns, r.LUN) {
-			return nil, abi.Errorf(abi.NotFound, "target presents no LUN "+strconv.Itoa(int(r.LUN)))
+			return nil, abi.Errorf(abi.NotFound, "target presents no LUN %d", int(r.LUN))
 		}
 		key := r.Portal + "|" + r.IQN
 		users, up := s.sessions[key]
@@ -292,7 +292,7 @@ func (s *fakeSAN) install() {
 	})
 	moduletest.HandleTyped(f, "iscsi", abi.HostCallIscsiRescan, func(r *abi.IscsiTarget) (*abi.IscsiRescanResponse, error) {
 		if !slices.Contains(s.sessions[r.Portal+"|"+r.IQN], r.LUN) {
-			return nil, abi.Errorf(abi.NotFound, "rescan: LUN "+strconv.Itoa(int(r.LUN))+" has no device")
+			return nil, abi.Errorf(abi.NotFound, "rescan: LUN %d has no device", int(r.LUN))
 		}
 		return &abi.IscsiRescanResponse{SizeBytes: s.luns[r.IQN][r.LUN].size}, nil
 	})

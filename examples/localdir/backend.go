@@ -41,12 +41,12 @@ func (b *Backend) Configure(req *abi.ConfigureRequest) error {
 		case "auto", "required", "off":
 			b.mode = m
 		default:
-			return sdk.Errorf(abi.InvalidArgument, "config quota="+m+": want auto, required or off")
+			return sdk.Error(abi.InvalidArgument, "config quota="+m+": want auto, required or off")
 		}
 	}
 	for k := range req.Config {
 		if k != "quota" {
-			return sdk.Errorf(abi.InvalidArgument, "unknown config key "+k+" (known: quota)")
+			return sdk.Error(abi.InvalidArgument, "unknown config key "+k+" (known: quota)")
 		}
 	}
 	b.quota, b.reason = false, "quotas turned off by config"
@@ -58,7 +58,7 @@ func (b *Backend) Configure(req *abi.ConfigureRequest) error {
 		b.quota, b.reason = q.Supported, q.Reason
 	}
 	if b.mode == "required" && !b.quota {
-		return sdk.Errorf(abi.FailedPrecondition, "config quota=required but pool "+b.pool+" enforces no quotas: "+b.reason)
+		return sdk.Error(abi.FailedPrecondition, "config quota=required but pool "+b.pool+" enforces no quotas: "+b.reason)
 	}
 	if !b.quota {
 		hostcall.Log(abi.LogWarn, "localdir: pool "+b.pool+" enforces no quotas ("+b.reason+"): capacity is advisory, and expansion only records it")
@@ -97,11 +97,11 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 	for k := range req.Parameters {
 		// localdir takes no StorageClass parameters; the CO's own keys pass.
 		if !strings.HasPrefix(k, "csi.storage.k8s.io/") {
-			return nil, sdk.Errorf(abi.InvalidArgument, "localdir takes no StorageClass parameter "+k)
+			return nil, sdk.Error(abi.InvalidArgument, "localdir takes no StorageClass parameter "+k)
 		}
 	}
 	if !b.reachable(req.Requisite) {
-		return nil, sdk.Errorf(abi.ResourceExhausted, "localdir volumes live on node "+b.node+", which the requisite topology excludes")
+		return nil, sdk.Error(abi.ResourceExhausted, "localdir volumes live on node "+b.node+", which the requisite topology excludes")
 	}
 	id := "v-" + sdk.NameID(req.Name, "vol")
 	path := b.dir(id)
@@ -143,7 +143,7 @@ func (b *Backend) fill(req *abi.CreateVolumeRequest, path string) error {
 	if ok, err := hostcall.DirExists(src); err != nil {
 		return err
 	} else if !ok {
-		return sdk.Errorf(abi.NotFound, "source "+src+" is gone")
+		return sdk.Error(abi.NotFound, "source "+src+" is gone")
 	}
 	return hostcall.DirCopy(src, path)
 }
@@ -177,7 +177,7 @@ func (b *Backend) ExpandVolume(req *abi.ExpandVolumeRequest) (*abi.ExpandVolumeR
 			return nil, err
 		}
 		if !ok {
-			return nil, sdk.Errorf(abi.NotFound, "volume directory "+path+" does not exist")
+			return nil, sdk.Error(abi.NotFound, "volume directory "+path+" does not exist")
 		}
 		hostcall.Log(abi.LogInfo, "localdir: "+req.Volume.LocalID+" grows to "+strconv.FormatInt(req.RequiredBytes, 10)+
 			" bytes of advisory capacity: pool "+b.pool+" enforces no quotas ("+b.reason+")")
@@ -193,7 +193,7 @@ func (b *Backend) ExpandVolume(req *abi.ExpandVolumeRequest) (*abi.ExpandVolumeR
 // existing directory is the whole copy of an earlier attempt.
 func (b *Backend) CreateSnapshot(req *abi.CreateSnapshotRequest) (*abi.CreateSnapshotResponse, error) {
 	if !b.reachable(req.Requisite) {
-		return nil, sdk.Errorf(abi.ResourceExhausted, "localdir snapshots live on node "+b.node+", which the requisite topology excludes")
+		return nil, sdk.Error(abi.ResourceExhausted, "localdir snapshots live on node "+b.node+", which the requisite topology excludes")
 	}
 	id := "s-" + sdk.NameID(req.Name, "snap")
 	path := b.dir(id)
@@ -248,7 +248,7 @@ func (b *Backend) NodeStage(req *abi.NodeStageRequest) (*abi.NodeStageResponse, 
 		return nil, err
 	}
 	if !ok {
-		return nil, sdk.Errorf(abi.NotFound, "volume directory "+path+" does not exist on node "+b.node)
+		return nil, sdk.Error(abi.NotFound, "volume directory "+path+" does not exist on node "+b.node)
 	}
 	return &abi.NodeStageResponse{Directory: path}, nil
 }

@@ -53,10 +53,10 @@ func newFakePool(t *testing.T, cfg map[string]string) (*fakePool, *Backend) {
 
 func (p *fakePool) inPool(path string) error {
 	if dirOf(path) != p.root {
-		return abi.Errorf(abi.PermissionDenied, path+" is outside the granted roots")
+		return abi.Errorf(abi.PermissionDenied, "%s is outside the granted roots", path)
 	}
 	if strings.HasPrefix(baseOf(path), ".") {
-		return abi.Errorf(abi.InvalidArgument, "bad name "+path)
+		return abi.Errorf(abi.InvalidArgument, "bad name %s", path)
 	}
 	return nil
 }
@@ -71,11 +71,11 @@ func (p *fakePool) install() {
 			if size == r.SizeBytes {
 				return &abi.Empty{}, nil
 			}
-			return nil, abi.Errorf(abi.AlreadyExists, r.Path+" exists with another size")
+			return nil, abi.Errorf(abi.AlreadyExists, "%s exists with another size", r.Path)
 		}
 		if r.Prealloc {
 			if r.SizeBytes > p.avail {
-				return nil, abi.Errorf(abi.ResourceExhausted, "no room for "+r.Path)
+				return nil, abi.Errorf(abi.ResourceExhausted, "no room for %s", r.Path)
 			}
 			p.avail -= r.SizeBytes
 			p.alloc[r.Path] = r.SizeBytes
@@ -87,13 +87,13 @@ func (p *fakePool) install() {
 		size, ok := p.files[r.Path]
 		switch {
 		case !ok:
-			return nil, abi.Errorf(abi.NotFound, r.Path+" not found")
+			return nil, abi.Errorf(abi.NotFound, "%s not found", r.Path)
 		case p.failResize != abi.OK:
 			return nil, abi.Errorf(p.failResize, "injected resize failure")
 		case r.SizeBytes < size:
-			return nil, abi.Errorf(abi.InvalidArgument, "cannot shrink "+r.Path)
+			return nil, abi.Errorf(abi.InvalidArgument, "cannot shrink %s", r.Path)
 		case r.Prealloc && r.SizeBytes-p.alloc[r.Path] > p.avail:
-			return nil, abi.Errorf(abi.ResourceExhausted, "no room to grow "+r.Path)
+			return nil, abi.Errorf(abi.ResourceExhausted, "no room to grow %s", r.Path)
 		}
 		if r.Prealloc {
 			// Every block of the file, its old holes too.
@@ -105,7 +105,7 @@ func (p *fakePool) install() {
 	})
 	moduletest.HandleTyped(f, "file", abi.HostCallFileRemove, func(r *abi.FileRequest) (*abi.Empty, error) {
 		if _, ok := p.attached[r.Path]; ok {
-			return nil, abi.Errorf(abi.FailedPrecondition, r.Path+" is attached")
+			return nil, abi.Errorf(abi.FailedPrecondition, "%s is attached", r.Path)
 		}
 		p.avail += p.alloc[r.Path]
 		delete(p.files, r.Path)
@@ -118,10 +118,10 @@ func (p *fakePool) install() {
 		}
 		size, ok := p.files[r.Source]
 		if !ok {
-			return nil, abi.Errorf(abi.NotFound, r.Source+" not found")
+			return nil, abi.Errorf(abi.NotFound, "%s not found", r.Source)
 		}
 		if _, ok := p.files[r.Target]; ok {
-			return nil, abi.Errorf(abi.AlreadyExists, r.Target+" exists")
+			return nil, abi.Errorf(abi.AlreadyExists, "%s exists", r.Target)
 		}
 		p.files[r.Target] = size
 		return &abi.Empty{}, nil
@@ -129,24 +129,24 @@ func (p *fakePool) install() {
 	moduletest.HandleTyped(f, "file", abi.HostCallFileStat, func(r *abi.FileRequest) (*abi.FileStat, error) {
 		size, ok := p.files[r.Path]
 		if !ok {
-			return nil, abi.Errorf(abi.NotFound, r.Path+" not found")
+			return nil, abi.Errorf(abi.NotFound, "%s not found", r.Path)
 		}
 		return &abi.FileStat{SizeBytes: size, AllocatedBytes: p.alloc[r.Path]}, nil
 	})
 	moduletest.HandleTyped(f, "file", abi.HostCallFileStatfs, func(r *abi.FileRequest) (*abi.FileStatfs, error) {
 		if r.Path != p.root {
-			return nil, abi.Errorf(abi.InvalidArgument, r.Path+" is not a pool folder")
+			return nil, abi.Errorf(abi.InvalidArgument, "%s is not a pool folder", r.Path)
 		}
 		return &abi.FileStatfs{TotalBytes: p.total, AvailableBytes: p.avail, UsedBytes: p.total - p.avail}, nil
 	})
 	moduletest.HandleTyped(f, "loop", abi.HostCallLoopAttach, func(r *abi.LoopAttachRequest) (*abi.LoopDevice, error) {
 		size, ok := p.files[r.File]
 		if !ok {
-			return nil, abi.Errorf(abi.NotFound, r.File+" not found")
+			return nil, abi.Errorf(abi.NotFound, "%s not found", r.File)
 		}
 		if dev, ok := p.attached[r.File]; ok {
 			if p.readOnly[r.File] != r.ReadOnly {
-				return nil, abi.Errorf(abi.FailedPrecondition, r.File+" is attached with the other read-only mode")
+				return nil, abi.Errorf(abi.FailedPrecondition, "%s is attached with the other read-only mode", r.File)
 			}
 			return &abi.LoopDevice{Path: dev, File: r.File, SizeBytes: p.devSize[dev], ReadOnly: r.ReadOnly}, nil
 		}
@@ -168,7 +168,7 @@ func (p *fakePool) install() {
 				return &abi.LoopResizeResponse{SizeBytes: p.devSize[dev]}, nil
 			}
 		}
-		return nil, abi.Errorf(abi.NotFound, r.Device+" is not attached")
+		return nil, abi.Errorf(abi.NotFound, "%s is not attached", r.Device)
 	})
 	moduletest.HandleTyped(f, "loop", abi.HostCallLoopDetach, func(r *abi.LoopDeviceRequest) (*abi.Empty, error) {
 		for file, dev := range p.attached {

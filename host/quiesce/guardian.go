@@ -88,7 +88,7 @@ func startGuardian(targets []Target, timeout time.Duration) (*guardian, error) {
 		return nil, fmt.Errorf("quiesce guardian: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, abi.Errorf(abi.Internal, "start quiesce guardian: "+err.Error())
+		return nil, abi.Errorf(abi.Internal, "start quiesce guardian: %v", err)
 	}
 	g := &guardian{cmd: cmd, in: in, exited: make(chan struct{})}
 	ready := make(chan error, 1)
@@ -102,7 +102,7 @@ func startGuardian(targets []Target, timeout time.Duration) (*guardian, error) {
 	}()
 	if _, err := in.Write(append(msg, '\n')); err != nil {
 		g.kill()
-		return nil, abi.Errorf(abi.Internal, "quiesce guardian: send plan: "+err.Error())
+		return nil, abi.Errorf(abi.Internal, "quiesce guardian: send plan: %v", err)
 	}
 	select {
 	case err = <-ready:
@@ -111,7 +111,7 @@ func startGuardian(targets []Target, timeout time.Duration) (*guardian, error) {
 	}
 	if err != nil {
 		g.kill()
-		return nil, abi.Errorf(abi.Internal, "quiesce guardian: "+err.Error())
+		return nil, abi.Errorf(abi.Internal, "quiesce guardian: %v", err)
 	}
 	go g.reap()
 	return g, nil

@@ -79,14 +79,14 @@ func pause(ctx context.Context, t Target) error {
 			return err
 		}
 		if !info.Exists {
-			return abi.Errorf(abi.FailedPrecondition, "suspend "+t.Name+": no such device-mapper device")
+			return abi.Errorf(abi.FailedPrecondition, "suspend %s: no such device-mapper device", t.Name)
 		}
 		if info.Suspended {
-			return abi.Errorf(abi.FailedPrecondition, "suspend "+t.Name+": already suspended by someone else")
+			return abi.Errorf(abi.FailedPrecondition, "suspend %s: already suspended by someone else", t.Name)
 		}
 		return m.Suspend(ctx, t.Name)
 	}
-	return abi.Errorf(abi.Internal, "quiesce: unknown target kind "+string(t.Kind))
+	return abi.Errorf(abi.Internal, "quiesce: unknown target kind %s", string(t.Kind))
 }
 
 // resume resumes t and reports whether it was paused. A target that is
@@ -106,7 +106,7 @@ func resume(ctx context.Context, t Target) (bool, error) {
 		}
 		return true, m.Resume(ctx, t.Name)
 	}
-	return false, abi.Errorf(abi.Internal, "quiesce: unknown target kind "+string(t.Kind))
+	return false, abi.Errorf(abi.Internal, "quiesce: unknown target kind %s", string(t.Kind))
 }
 
 // ResumeAll resumes every target that is paused, as cleanup after a crash
@@ -239,7 +239,7 @@ func (h *Hold) over() bool {
 }
 
 func (h *Hold) overrun() error {
-	return abi.Errorf(abi.DeadlineExceeded, fmt.Sprintf("pausing the writes took longer than they may stay paused (%s); resumed them", h.timeout))
+	return abi.Errorf(abi.DeadlineExceeded, "pausing the writes took longer than they may stay paused (%s); resumed them", h.timeout)
 }
 
 // Deadline is when the hold thaws on its own; zero for a hold of nothing.
@@ -303,11 +303,11 @@ func (h *Hold) Release() error {
 	h.mu.Unlock()
 	switch {
 	case expired:
-		return abi.Errorf(abi.DeadlineExceeded, fmt.Sprintf("the snapshots took longer than writes may stay paused (%s); writes resumed and the group was not cut", h.timeout))
+		return abi.Errorf(abi.DeadlineExceeded, "the snapshots took longer than writes may stay paused (%s); writes resumed and the group was not cut", h.timeout)
 	case ended:
 		return abi.Errorf(abi.Aborted, "writes were resumed before the snapshots were cut")
 	case len(failed) > 0:
-		return abi.Errorf(abi.Aborted, fmt.Sprintf("%s was resumed by someone else while the snapshots were cut", failed[0]))
+		return abi.Errorf(abi.Aborted, "%s was resumed by someone else while the snapshots were cut", failed[0])
 	}
 	return nil
 }

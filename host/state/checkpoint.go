@@ -265,7 +265,7 @@ func getCheckpoint(db *bolt.DB) (seq, keep uint64, err error) {
 			}
 			v, n := binary.Uvarint(raw)
 			if n <= 0 || n != len(raw) {
-				return abi.Errorf(abi.DataLoss, fmt.Sprintf("corrupt %s in meta", f.key))
+				return abi.Errorf(abi.DataLoss, "corrupt %s in meta", f.key)
 			}
 			*f.v = v
 		}

@@ -286,8 +286,7 @@ func initSchema(tx *bolt.Tx) error {
 		case n <= 0 || n != len(raw) || v == 0:
 			return abi.Errorf(abi.DataLoss, "corrupt schema version")
 		case v > SchemaVersion:
-			return abi.Errorf(abi.FailedPrecondition, fmt.Sprintf(
-				"state schema version %d is newer than this daemon's %d; refusing to touch it", v, SchemaVersion))
+			return abi.Errorf(abi.FailedPrecondition, "state schema version %d is newer than this daemon's %d; refusing to touch it", v, SchemaVersion)
 		case v < SchemaVersion:
 			// Version 1 differs only in having no log: the file holds
 			// everything, so the upgrade is the new number.
@@ -517,9 +516,9 @@ func (s *Store) view(fn func(tx *txn) error) error {
 func checkKey(what, k string) error {
 	switch {
 	case k == "":
-		return abi.Errorf(abi.InvalidArgument, what+" is empty")
+		return abi.Errorf(abi.InvalidArgument, "%s is empty", what)
 	case len(k) > maxKey:
-		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("%s is longer than %d bytes", what, maxKey))
+		return abi.Errorf(abi.InvalidArgument, "%s is longer than %d bytes", what, maxKey)
 	}
 	return nil
 }
@@ -683,7 +682,7 @@ func dropName(names bucket, id string, old []byte, nameField int) error {
 }
 
 // invalid gives a caller's mistake its category.
-func invalid(err error) error { return abi.Errorf(abi.InvalidArgument, err.Error()) }
+func invalid(err error) error { return abi.Errorf(abi.InvalidArgument, "%v", err) }
 
 func corrupt(what, key string, err error) error {
 	return &abi.Error{Code: abi.DataLoss, Message: fmt.Sprintf("decode %s %q: %v", what, key, err)}

@@ -243,7 +243,7 @@ func (w *wal) append(changes []change) (seq uint64, size int, err error) {
 	size = len(c.buf) - n
 	if size > maxRecord {
 		c.buf = c.buf[:n]
-		return 0, 0, abi.Errorf(abi.InvalidArgument, fmt.Sprintf("record of %d bytes is larger than %d", size, maxRecord))
+		return 0, 0, abi.Errorf(abi.InvalidArgument, "record of %d bytes is larger than %d", size, maxRecord)
 	}
 	c.last = seq
 	c.seg.end += int64(size)
@@ -264,7 +264,7 @@ func (w *wal) wait(seq uint64) error {
 			continue
 		}
 		if len(w.queue) == 0 && len(w.cur.buf) == 0 {
-			return abi.Errorf(abi.Internal, fmt.Sprintf("state log: record %d is neither on disk nor buffered", seq))
+			return abi.Errorf(abi.Internal, "state log: record %d is neither on disk nor buffered", seq)
 		}
 		w.flush()
 	}

@@ -46,7 +46,7 @@ func (p *Pool) Copy(ctx context.Context, src, dst string) error {
 		return err
 	}
 	if src == dst {
-		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dirpool: copy %q onto itself", src))
+		return abi.Errorf(abi.InvalidArgument, "dirpool: copy %q onto itself", src)
 	}
 	if err := ctx.Err(); err != nil {
 		return wrap("copy", src, err)

@@ -75,7 +75,7 @@ const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS |
 // temporaries of copies whose process died (see Sweep).
 func Open(root string) (*Pool, error) {
 	if root == "" || !filepath.IsAbs(root) || strings.IndexByte(root, 0) >= 0 {
-		return nil, abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dirpool: root %q is not an absolute path", root))
+		return nil, abi.Errorf(abi.InvalidArgument, "dirpool: root %q is not an absolute path", root)
 	}
 	root = filepath.Clean(root)
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -135,11 +135,11 @@ func (p *Pool) Path(name string) (string, error) {
 func ValidName(name string) error {
 	switch {
 	case name == "", name[0] == '.':
-		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dirpool: invalid name %q (empty, or starts with a dot)", name))
+		return abi.Errorf(abi.InvalidArgument, "dirpool: invalid name %q (empty, or starts with a dot)", name)
 	case strings.ContainsAny(name, "/\x00"):
-		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dirpool: name %q must be a single path component", name))
+		return abi.Errorf(abi.InvalidArgument, "dirpool: name %q must be a single path component", name)
 	case len(name) > 255:
-		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dirpool: name %.32q... is longer than 255 bytes", name))
+		return abi.Errorf(abi.InvalidArgument, "dirpool: name %.32q... is longer than 255 bytes", name)
 	}
 	return nil
 }
@@ -154,7 +154,7 @@ func (p *Pool) Create(ctx context.Context, name string, quotaBytes int64) (strin
 		return "", err
 	}
 	if quotaBytes < 0 {
-		return "", abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dirpool: create %q: negative quota %d", name, quotaBytes))
+		return "", abi.Errorf(abi.InvalidArgument, "dirpool: create %q: negative quota %d", name, quotaBytes)
 	}
 	if quotaBytes > 0 && p.quota == quotaNone {
 		return "", p.unsupported("create " + quoteName(name))
@@ -174,7 +174,7 @@ func (p *Pool) Create(ctx context.Context, name string, quotaBytes int64) (strin
 	fd, err := p.openVolume(name)
 	if err != nil {
 		if !created && (errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP)) {
-			return "", abi.Errorf(abi.AlreadyExists, fmt.Sprintf("dirpool: create %q: exists and is not a directory", name))
+			return "", abi.Errorf(abi.AlreadyExists, "dirpool: create %q: exists and is not a directory", name)
 		}
 		return "", wrap("create", name, err)
 	}
@@ -381,7 +381,7 @@ func wrap(op, name string, err error) error {
 			code = abi.InvalidArgument
 		}
 	}
-	return abi.Errorf(code, fmt.Sprintf("dirpool: %s %q: %s", op, name, msg))
+	return abi.Errorf(code, "dirpool: %s %q: %s", op, name, msg)
 }
 
 func quoteName(s string) string { return fmt.Sprintf("%q", s) }

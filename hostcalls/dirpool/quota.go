@@ -191,7 +191,7 @@ func (p *Pool) probeQuota() {
 func (p *Pool) QuotaSupported() bool { return p.quota != quotaNone }
 
 func (p *Pool) unsupported(op string) error {
-	return abi.Errorf(abi.FailedPrecondition, fmt.Sprintf("dirpool: %s: project quotas unsupported on %s: %s", op, p.root, p.noQuota))
+	return abi.Errorf(abi.FailedPrecondition, "dirpool: %s: project quotas unsupported on %s: %s", op, p.root, p.noQuota)
 }
 
 // SetQuota limits the blocks of the directory name to bytes (rounded up to
@@ -205,7 +205,7 @@ func (p *Pool) SetQuota(ctx context.Context, name string, bytes int64) error {
 		return err
 	}
 	if bytes < 0 {
-		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dirpool: set quota %q: negative quota %d", name, bytes))
+		return abi.Errorf(abi.InvalidArgument, "dirpool: set quota %q: negative quota %d", name, bytes)
 	}
 	if p.quota == quotaNone {
 		return p.unsupported("set quota " + quoteName(name))
@@ -281,7 +281,7 @@ func (p *Pool) pickProject(fd int, name string) (uint32, error) {
 		}
 		cand++
 	}
-	return 0, abi.Errorf(abi.ResourceExhausted, fmt.Sprintf("no free project ID near %d after %d tries", cand-maxProbe, maxProbe))
+	return 0, abi.Errorf(abi.ResourceExhausted, "no free project ID near %d after %d tries", cand-maxProbe, maxProbe)
 }
 
 // hashProject is FNV-1a of root and name, folded into 2^30..2^31-1 to stay

@@ -187,7 +187,7 @@ func thinResize(ctx context.Context, env *hostcalls.Env, req *abi.DmThinRequest)
 // sizeSectors converts a request's size: a positive multiple of 512 bytes.
 func sizeSectors(req *abi.DmThinRequest) (uint64, error) {
 	if req.SizeBytes <= 0 || req.SizeBytes%SectorSize != 0 {
-		return 0, abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dm thin %d: size %d bytes is not a positive multiple of %d", req.ID, req.SizeBytes, SectorSize))
+		return 0, abi.Errorf(abi.InvalidArgument, "dm thin %d: size %d bytes is not a positive multiple of %d", req.ID, req.SizeBytes, SectorSize)
 	}
 	return uint64(req.SizeBytes) / SectorSize, nil
 }

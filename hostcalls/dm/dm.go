@@ -110,7 +110,7 @@ func (m *Mapper) Create(ctx context.Context, name string, table []Target) (strin
 	rep, err := m.ioctl(ctx, &request{cmd: unix.DM_DEV_CREATE, name: name, eventNr: udevCookie})
 	if errors.Is(err, unix.EBUSY) {
 		// The kernel's answer to a name in use.
-		return "", abi.Errorf(abi.AlreadyExists, "dm create "+name+": device exists")
+		return "", abi.Errorf(abi.AlreadyExists, "dm create %s: device exists", name)
 	}
 	if err != nil {
 		return "", wrapErr("create", name, err)
@@ -149,7 +149,7 @@ func (m *Mapper) Accepts(ctx context.Context, name string, table []Target) (err 
 	}
 	_, err = m.ioctl(ctx, &request{cmd: unix.DM_DEV_CREATE, name: name, eventNr: udevCookie})
 	if errors.Is(err, unix.EBUSY) {
-		return abi.Errorf(abi.AlreadyExists, "dm probe "+name+": device exists")
+		return abi.Errorf(abi.AlreadyExists, "dm probe %s: device exists", name)
 	}
 	if err != nil {
 		return wrapErr("probe", name, err)
@@ -320,7 +320,7 @@ func (m *Mapper) tableStatus(ctx context.Context, op, name string, flags uint32)
 	}
 	specs, err := parseSpecs(rep.data, rep.TargetCount)
 	if err != nil {
-		return nil, abi.Errorf(abi.Internal, fmt.Sprintf("dm %s %s: %v", op, name, err))
+		return nil, abi.Errorf(abi.Internal, "dm %s %s: %v", op, name, err)
 	}
 	return specs, nil
 }
@@ -332,7 +332,7 @@ func (m *Mapper) Message(ctx context.Context, name string, sector uint64, msg st
 		return "", err
 	}
 	if msg == "" || len(msg) > 4096 || !printable(msg) {
-		return "", abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dm message %s: message must be 1-4096 printable bytes", name))
+		return "", abi.Errorf(abi.InvalidArgument, "dm message %s: message must be 1-4096 printable bytes", name)
 	}
 	req := &request{cmd: unix.DM_TARGET_MSG, name: name, data: marshalMessage(sector, msg)}
 	req.size = headerSize + len(req.data) + 4096
@@ -354,7 +354,7 @@ func (m *Mapper) List(ctx context.Context) ([]Device, error) {
 	}
 	entries, err := parseNameList(rep.data)
 	if err != nil {
-		return nil, abi.Errorf(abi.Internal, "dm list: "+err.Error())
+		return nil, abi.Errorf(abi.Internal, "dm list: %v", err)
 	}
 	var out []Device
 	for _, e := range entries {
@@ -454,7 +454,7 @@ func wrapErr(op, name string, err error) error {
 	default:
 		code = abi.Internal
 	}
-	return abi.Errorf(code, what+": "+err.Error())
+	return abi.Errorf(code, "%s: %v", what, err)
 }
 
 // errnoCode maps the errnos DM commands and targets return.

@@ -100,7 +100,7 @@ func (p *Pool) withMetadataSnapshot(ctx context.Context, fn func(meta string) er
 		return err
 	}
 	if st.Failed {
-		return abi.Errorf(abi.FailedPrecondition, "dm pool "+p.Name+" has failed: its metadata cannot be read")
+		return abi.Errorf(abi.FailedPrecondition, "dm pool %s has failed: its metadata cannot be read", p.Name)
 	}
 	if st.HeldMetaRoot != "" && st.HeldMetaRoot != "-" {
 		if err := p.message(ctx, "release_metadata_snap"); err != nil {
@@ -186,7 +186,7 @@ func dumpMappings(ctx context.Context, meta string, metaSnap bool, id uint32, em
 		}
 	})
 	if err == nil && !found {
-		return abi.Errorf(abi.NotFound, "thin_dump: the pool holds no thin device "+itoa(id))
+		return abi.Errorf(abi.NotFound, "thin_dump: the pool holds no thin device %s", itoa(id))
 	}
 	return err
 }
@@ -252,7 +252,7 @@ func (m *merger) add(r BlockRange) error {
 		m.pending.Length += r.Length
 		return nil
 	case r.Begin < m.pending.End():
-		return abi.Errorf(abi.Internal, fmt.Sprintf("thin metadata: range %+v after %+v is out of order", r, m.pending))
+		return abi.Errorf(abi.Internal, "thin metadata: range %+v after %+v is out of order", r, m.pending)
 	}
 	if err := m.emit(m.pending); err != nil {
 		return err
@@ -275,12 +275,12 @@ func attrUint(el xml.StartElement, name string) (uint64, error) {
 		if a.Name.Local == name {
 			v, err := strconv.ParseUint(a.Value, 10, 64)
 			if err != nil {
-				return 0, abi.Errorf(abi.Internal, fmt.Sprintf("thin metadata: <%s %s=%q>: %v", el.Name.Local, name, a.Value, err))
+				return 0, abi.Errorf(abi.Internal, "thin metadata: <%s %s=%q>: %v", el.Name.Local, name, a.Value, err)
 			}
 			return v, nil
 		}
 	}
-	return 0, abi.Errorf(abi.Internal, fmt.Sprintf("thin metadata: <%s> without %s", el.Name.Local, name))
+	return 0, abi.Errorf(abi.Internal, "thin metadata: <%s> without %s", el.Name.Local, name)
 }
 
 // runTool runs one of thin-provisioning-tools and hands its output to
@@ -289,7 +289,7 @@ func attrUint(el xml.StartElement, name string) (uint64, error) {
 func runTool(ctx context.Context, tool string, args []string, parse func(io.Reader) error) error {
 	path, err := exec.LookPath(tool)
 	if err != nil {
-		return abi.Errorf(abi.FailedPrecondition, tool+" not found: install thin-provisioning-tools to read thin pools' metadata")
+		return abi.Errorf(abi.FailedPrecondition, "%s not found: install thin-provisioning-tools to read thin pools' metadata", tool)
 	}
 	cmd := exec.CommandContext(ctx, path, args...)
 	var stderr bytes.Buffer
@@ -320,7 +320,7 @@ func runTool(ctx context.Context, tool string, args []string, parse func(io.Read
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s %s: %w", tool, strings.Join(args, " "), ctx.Err())
 		}
-		return abi.Errorf(code, fmt.Sprintf("%s %s: %v: %s", tool, strings.Join(args, " "), werr, msg))
+		return abi.Errorf(code, "%s %s: %v: %s", tool, strings.Join(args, " "), werr, msg)
 	}
 	return nil
 }

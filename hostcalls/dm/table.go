@@ -1,7 +1,6 @@
 package dm
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -50,12 +49,12 @@ func ParseTable(text string) ([]Target, error) {
 		}
 		f := strings.Fields(line)
 		if len(f) < 3 {
-			return nil, abi.Errorf(abi.InvalidArgument, fmt.Sprintf("table line %d: want <start> <length> <type> [params], got %q", i+1, line))
+			return nil, abi.Errorf(abi.InvalidArgument, "table line %d: want <start> <length> <type> [params], got %q", i+1, line)
 		}
 		start, err1 := strconv.ParseUint(f[0], 10, 64)
 		length, err2 := strconv.ParseUint(f[1], 10, 64)
 		if err1 != nil || err2 != nil {
-			return nil, abi.Errorf(abi.InvalidArgument, fmt.Sprintf("table line %d: start and length must be sector counts, got %q", i+1, line))
+			return nil, abi.Errorf(abi.InvalidArgument, "table line %d: start and length must be sector counts, got %q", i+1, line)
 		}
 		out = append(out, Target{Start: start, Length: length, Type: f[2], Params: strings.Join(f[3:], " ")})
 	}
@@ -77,15 +76,15 @@ func validTable(table []Target) error {
 	for i, t := range table {
 		switch {
 		case t.Start != next:
-			return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("target %d starts at sector %d, want %d (no gaps or overlaps)", i, t.Start, next))
+			return abi.Errorf(abi.InvalidArgument, "target %d starts at sector %d, want %d (no gaps or overlaps)", i, t.Start, next)
 		case t.Length == 0:
-			return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("target %d has length 0", i))
+			return abi.Errorf(abi.InvalidArgument, "target %d has length 0", i)
 		case t.Start+t.Length < t.Start:
-			return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("target %d overflows the sector range", i))
+			return abi.Errorf(abi.InvalidArgument, "target %d overflows the sector range", i)
 		case t.Type == "" || len(t.Type) >= typeLen || strings.ContainsAny(t.Type, "\x00 \t\n"):
-			return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("target %d has a bad type %q", i, t.Type))
+			return abi.Errorf(abi.InvalidArgument, "target %d has a bad type %q", i, t.Type)
 		case strings.ContainsAny(t.Params, "\x00\n"):
-			return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("target %d parameters contain NUL or newline", i))
+			return abi.Errorf(abi.InvalidArgument, "target %d parameters contain NUL or newline", i)
 		}
 		next = t.Start + t.Length
 	}
@@ -107,14 +106,14 @@ func Size(table []Target) uint64 {
 // udev, or could walk out of /dev/mapper.
 func ValidName(name string) error {
 	if name == "" || len(name) >= nameLen {
-		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dm name %q must have 1 to %d bytes", name, nameLen-1))
+		return abi.Errorf(abi.InvalidArgument, "dm name %q must have 1 to %d bytes", name, nameLen-1)
 	}
 	if name == "." || name == ".." {
-		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dm name %q is not allowed", name))
+		return abi.Errorf(abi.InvalidArgument, "dm name %q is not allowed", name)
 	}
 	for i := 0; i < len(name); i++ {
 		if !nameByte(name[i]) {
-			return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dm name %q: byte %q is outside [A-Za-z0-9#+-.:=@_]", name, name[i]))
+			return abi.Errorf(abi.InvalidArgument, "dm name %q: byte %q is outside [A-Za-z0-9#+-.:=@_]", name, name[i])
 		}
 	}
 	return nil
@@ -141,5 +140,5 @@ func Confine(prefixes []string, name string) error {
 			return nil
 		}
 	}
-	return abi.Errorf(abi.PermissionDenied, fmt.Sprintf("dm name %q is outside the granted prefixes %q", name, prefixes))
+	return abi.Errorf(abi.PermissionDenied, "dm name %q is outside the granted prefixes %q", name, prefixes)
 }

@@ -95,7 +95,7 @@ func (m *Mapper) CreatePool(ctx context.Context, p Pool) (*Pool, error) {
 		return nil, err
 	}
 	if info.Exists {
-		return nil, abi.Errorf(abi.AlreadyExists, "dm create pool "+p.Name+": device exists")
+		return nil, abi.Errorf(abi.AlreadyExists, "dm create pool %s: device exists", p.Name)
 	}
 	if err := wipeMetadata(p.MetaDev); err != nil {
 		return nil, fmt.Errorf("dm create pool %s: %w", p.Name, err)
@@ -116,13 +116,13 @@ func (m *Mapper) OpenPool(ctx context.Context, p Pool) (*Pool, error) {
 		return nil, fmt.Errorf("dm open pool %s: %w", p.Name, err)
 	}
 	if !sb.valid {
-		return nil, abi.Errorf(abi.FailedPrecondition, "dm open pool "+p.Name+": "+p.MetaDev+" holds no thin-pool metadata")
+		return nil, abi.Errorf(abi.FailedPrecondition, "dm open pool %s: %s holds no thin-pool metadata", p.Name, p.MetaDev)
 	}
 	switch {
 	case p.BlockSectors == 0:
 		p.BlockSectors = uint64(sb.blockSectors)
 	case p.BlockSectors != uint64(sb.blockSectors):
-		return nil, abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dm open pool %s: block size %d sectors, but the metadata says %d", p.Name, p.BlockSectors, sb.blockSectors))
+		return nil, abi.Errorf(abi.InvalidArgument, "dm open pool %s: block size %d sectors, but the metadata says %d", p.Name, p.BlockSectors, sb.blockSectors)
 	}
 	info, err := m.Info(ctx, p.Name)
 	if err != nil {
@@ -140,7 +140,7 @@ func (m *Mapper) OpenPool(ctx context.Context, p Pool) (*Pool, error) {
 		return nil, err
 	}
 	if len(table) != 1 || table[0].Type != "thin-pool" || !strings.HasPrefix(table[0].Params, meta+" "+data+" ") {
-		return nil, abi.Errorf(abi.AlreadyExists, fmt.Sprintf("dm open pool %s: the name is active with another table %q", p.Name, table))
+		return nil, abi.Errorf(abi.AlreadyExists, "dm open pool %s: the name is active with another table %q", p.Name, table)
 	}
 	p.m, p.dev = m, fmt.Sprintf("%d:%d", info.Major, info.Minor)
 	return &p, nil
@@ -155,7 +155,7 @@ func (m *Mapper) AttachPool(ctx context.Context, name string) (*Pool, error) {
 		return nil, err
 	}
 	if !info.Exists {
-		return nil, abi.Errorf(abi.FailedPrecondition, "dm pool "+name+" is not active; open it first")
+		return nil, abi.Errorf(abi.FailedPrecondition, "dm pool %s is not active; open it first", name)
 	}
 	table, err := m.Table(ctx, name)
 	if err != nil {
@@ -166,12 +166,12 @@ func (m *Mapper) AttachPool(ctx context.Context, name string) (*Pool, error) {
 		f = strings.Fields(table[0].Params)
 	}
 	if len(f) < 4 {
-		return nil, abi.Errorf(abi.FailedPrecondition, fmt.Sprintf("dm pool %s: not a thin pool: %v", name, table))
+		return nil, abi.Errorf(abi.FailedPrecondition, "dm pool %s: not a thin pool: %v", name, table)
 	}
 	block, err1 := strconv.ParseUint(f[2], 10, 64)
 	low, err2 := strconv.ParseUint(f[3], 10, 64)
 	if err1 != nil || err2 != nil {
-		return nil, abi.Errorf(abi.Internal, fmt.Sprintf("dm pool %s: unreadable table %v", name, table))
+		return nil, abi.Errorf(abi.Internal, "dm pool %s: unreadable table %v", name, table)
 	}
 	return &Pool{Name: name, MetaDev: f[0], DataDev: f[1], BlockSectors: block, LowWater: low,
 		m: m, dev: fmt.Sprintf("%d:%d", info.Major, info.Minor)}, nil
@@ -187,7 +187,7 @@ func (m *Mapper) activatePool(ctx context.Context, p Pool) (*Pool, error) {
 		return nil, fmt.Errorf("dm pool %s: %w", p.Name, err)
 	}
 	if metaSize < MinMetadataSize {
-		return nil, abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dm pool %s: metadata device %s has %d bytes, want at least %d", p.Name, p.MetaDev, metaSize, MinMetadataSize))
+		return nil, abi.Errorf(abi.InvalidArgument, "dm pool %s: metadata device %s has %d bytes, want at least %d", p.Name, p.MetaDev, metaSize, MinMetadataSize)
 	}
 	dataSize, err := deviceSize(p.DataDev)
 	if err != nil {
@@ -195,7 +195,7 @@ func (m *Mapper) activatePool(ctx context.Context, p Pool) (*Pool, error) {
 	}
 	sectors := dataSize / SectorSize / p.BlockSectors * p.BlockSectors
 	if sectors == 0 {
-		return nil, abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dm pool %s: data device %s is smaller than one block", p.Name, p.DataDev))
+		return nil, abi.Errorf(abi.InvalidArgument, "dm pool %s: data device %s is smaller than one block", p.Name, p.DataDev)
 	}
 	table := []Target{{Start: 0, Length: sectors, Type: "thin-pool",
 		Params: fmt.Sprintf("%s %s %d %d 0", meta, data, p.BlockSectors, p.LowWater)}}
@@ -258,7 +258,7 @@ func (p *Pool) ActivateThin(ctx context.Context, id uint32, sizeSectors uint64) 
 		if len(have) == 1 && have[0] == want[0] {
 			return p.m.Path(name), nil
 		}
-		return "", abi.Errorf(abi.AlreadyExists, fmt.Sprintf("dm activate thin %s: active with table %q, want %q", name, have, want))
+		return "", abi.Errorf(abi.AlreadyExists, "dm activate thin %s: active with table %q, want %q", name, have, want)
 	}
 	// The kernel refuses a thin table whose id the metadata lacks
 	// (ENODATA, NotFound), so Create needs no lookup first.
@@ -339,7 +339,7 @@ func (p *Pool) ResizeThin(ctx context.Context, id uint32, sizeSectors uint64) er
 	case sizeSectors == current:
 		return nil
 	case sizeSectors < current:
-		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dm resize thin %s: %d sectors is smaller than %d", name, sizeSectors, current))
+		return abi.Errorf(abi.InvalidArgument, "dm resize thin %s: %d sectors is smaller than %d", name, sizeSectors, current)
 	}
 	if err := p.m.Reload(ctx, name, p.thinTable(id, sizeSectors)); err != nil {
 		return err
@@ -383,7 +383,7 @@ func (p *Pool) Status(ctx context.Context) (PoolStatus, error) {
 		return PoolStatus{}, err
 	}
 	if len(st) != 1 || st[0].Type != "thin-pool" {
-		return PoolStatus{}, abi.Errorf(abi.FailedPrecondition, fmt.Sprintf("dm pool status %s: not a thin pool: %v", p.Name, st))
+		return PoolStatus{}, abi.Errorf(abi.FailedPrecondition, "dm pool status %s: not a thin pool: %v", p.Name, st)
 	}
 	ps, err := ParsePoolStatus(st[0].Status)
 	if err != nil {
@@ -407,12 +407,12 @@ func ParsePoolStatus(text string) (PoolStatus, error) {
 		return PoolStatus{Failed: true}, nil
 	}
 	if len(f) < 8 {
-		return PoolStatus{}, abi.Errorf(abi.Internal, fmt.Sprintf("thin-pool status %q: want at least 8 fields", text))
+		return PoolStatus{}, abi.Errorf(abi.Internal, "thin-pool status %q: want at least 8 fields", text)
 	}
 	var s PoolStatus
 	var err error
 	bad := func(what string) (PoolStatus, error) {
-		return PoolStatus{}, abi.Errorf(abi.Internal, fmt.Sprintf("thin-pool status %q: bad %s", text, what))
+		return PoolStatus{}, abi.Errorf(abi.Internal, "thin-pool status %q: bad %s", text, what)
 	}
 	if s.TransactionID, err = strconv.ParseUint(f[0], 10, 64); err != nil {
 		return bad("transaction id")
@@ -474,7 +474,7 @@ func (p *Pool) ThinStatus(ctx context.Context, id uint32) (ThinStatus, error) {
 		return ThinStatus{}, err
 	}
 	if len(st) != 1 || st[0].Type != "thin" {
-		return ThinStatus{}, abi.Errorf(abi.FailedPrecondition, fmt.Sprintf("dm thin status %s: not a thin device: %v", p.ThinName(id), st))
+		return ThinStatus{}, abi.Errorf(abi.FailedPrecondition, "dm thin status %s: not a thin device: %v", p.ThinName(id), st)
 	}
 	return ParseThinStatus(st[0].Status)
 }
@@ -487,17 +487,17 @@ func ParseThinStatus(text string) (ThinStatus, error) {
 		return ThinStatus{Failed: true, HighestMapped: -1}, nil
 	}
 	if len(f) != 2 {
-		return ThinStatus{}, abi.Errorf(abi.Internal, fmt.Sprintf("thin status %q: want 2 fields", text))
+		return ThinStatus{}, abi.Errorf(abi.Internal, "thin status %q: want 2 fields", text)
 	}
 	mapped, err := strconv.ParseUint(f[0], 10, 64)
 	if err != nil {
-		return ThinStatus{}, abi.Errorf(abi.Internal, fmt.Sprintf("thin status %q: bad mapped sectors", text))
+		return ThinStatus{}, abi.Errorf(abi.Internal, "thin status %q: bad mapped sectors", text)
 	}
 	s := ThinStatus{MappedSectors: mapped, HighestMapped: -1}
 	if f[1] != "-" {
 		h, err := strconv.ParseInt(f[1], 10, 64)
 		if err != nil || h < 0 {
-			return ThinStatus{}, abi.Errorf(abi.Internal, fmt.Sprintf("thin status %q: bad highest mapped sector", text))
+			return ThinStatus{}, abi.Errorf(abi.Internal, "thin status %q: bad highest mapped sector", text)
 		}
 		s.HighestMapped = h
 	}
@@ -606,17 +606,17 @@ func (p *Pool) checkThin(id uint32, sizeSectors uint64) error {
 		return err
 	}
 	if id > MaxThinID {
-		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dm pool %s: thin id %d exceeds %d", p.Name, id, MaxThinID))
+		return abi.Errorf(abi.InvalidArgument, "dm pool %s: thin id %d exceeds %d", p.Name, id, MaxThinID)
 	}
 	if sizeSectors == 0 {
-		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("dm pool %s: thin %d size is 0", p.Name, id))
+		return abi.Errorf(abi.InvalidArgument, "dm pool %s: thin %d size is 0", p.Name, id)
 	}
 	return p.m.confine(p.ThinName(id))
 }
 
 func validBlockSectors(n uint64) error {
 	if n < MinBlockSectors || n > MaxBlockSectors || n%MinBlockSectors != 0 {
-		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("block size %d sectors: want a multiple of %d from %d to %d", n, MinBlockSectors, MinBlockSectors, MaxBlockSectors))
+		return abi.Errorf(abi.InvalidArgument, "block size %d sectors: want a multiple of %d from %d to %d", n, MinBlockSectors, MinBlockSectors, MaxBlockSectors)
 	}
 	return nil
 }
@@ -670,7 +670,7 @@ func wipeMetadata(dev string) error {
 		return fmt.Errorf("read %s: %w", dev, err)
 	}
 	if parseSuperblock(buf).valid {
-		return abi.Errorf(abi.AlreadyExists, dev+" holds thin-pool metadata; use OpenPool, or wipe it deliberately")
+		return abi.Errorf(abi.AlreadyExists, "%s holds thin-pool metadata; use OpenPool, or wipe it deliberately", dev)
 	}
 	clear(buf)
 	if _, err := unix.Pwrite(fd, buf, 0); err != nil {
@@ -696,7 +696,7 @@ func openBlock(dev string, flags int) (int, error) {
 		case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
 			code = abi.PermissionDenied
 		}
-		return -1, abi.Errorf(code, "open "+dev+": "+err.Error())
+		return -1, abi.Errorf(code, "open %s: %v", dev, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
@@ -705,7 +705,7 @@ func openBlock(dev string, flags int) (int, error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
 		unix.Close(fd)
-		return -1, abi.Errorf(abi.InvalidArgument, dev+" is not a block device")
+		return -1, abi.Errorf(abi.InvalidArgument, "%s is not a block device", dev)
 	}
 	return fd, nil
 }
@@ -730,12 +730,12 @@ func devNumbers(metaDev, dataDev string) (meta, data string, err error) {
 		var st unix.Stat_t
 		if err := unix.Stat(dev, &st); err != nil {
 			if errors.Is(err, unix.ENOENT) {
-				return 0, abi.Errorf(abi.NotFound, "stat "+dev+": "+err.Error())
+				return 0, abi.Errorf(abi.NotFound, "stat %s: %v", dev, err)
 			}
 			return 0, fmt.Errorf("stat %s: %w", dev, err)
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFBLK {
-			return 0, abi.Errorf(abi.InvalidArgument, dev+" is not a block device")
+			return 0, abi.Errorf(abi.InvalidArgument, "%s is not a block device", dev)
 		}
 		return st.Rdev, nil
 	}
@@ -748,7 +748,7 @@ func devNumbers(metaDev, dataDev string) (meta, data string, err error) {
 		return "", "", err
 	}
 	if m == d {
-		return "", "", abi.Errorf(abi.InvalidArgument, "metadata and data device are both "+metaDev)
+		return "", "", abi.Errorf(abi.InvalidArgument, "metadata and data device are both %s", metaDev)
 	}
 	return fmt.Sprintf("%d:%d", unix.Major(m), unix.Minor(m)), fmt.Sprintf("%d:%d", unix.Major(d), unix.Minor(d)), nil
 }

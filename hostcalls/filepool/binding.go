@@ -59,8 +59,7 @@ func removeCall(ctx context.Context, env *hostcalls.Env, req *abi.FileRequest) (
 			return nil, fmt.Errorf("remove %s: %w", name, err)
 		}
 		if attached {
-			return nil, fmt.Errorf("remove %s: %w", name, abi.Errorf(abi.FailedPrecondition,
-				"attached to "+d.Path+"; detach it first"))
+			return nil, fmt.Errorf("remove %s: %w", name, abi.Errorf(abi.FailedPrecondition, "attached to %s; detach it first", d.Path))
 		}
 		return &abi.Empty{}, p.Remove(ctx, name)
 	})

@@ -165,8 +165,7 @@ func (p *Pool) exists(name string, size int64) (bool, error) {
 		return false, err
 	}
 	if fi.Size() != size {
-		return false, abi.Errorf(abi.AlreadyExists, "exists with size "+strconv.FormatInt(fi.Size(), 10)+
-			", not "+strconv.FormatInt(size, 10))
+		return false, abi.Errorf(abi.AlreadyExists, "exists with size %d, not %d", fi.Size(), size)
 	}
 	return true, nil
 }
@@ -193,8 +192,7 @@ func (p *Pool) Resize(ctx context.Context, name string, size int64, prealloc boo
 	cur := fi.Size()
 	switch {
 	case size < cur:
-		return fmt.Errorf("resize %s: %w", name, abi.Errorf(abi.InvalidArgument,
-			"cannot shrink from "+strconv.FormatInt(cur, 10)+" to "+strconv.FormatInt(size, 10)+" bytes"))
+		return fmt.Errorf("resize %s: %w", name, abi.Errorf(abi.InvalidArgument, "cannot shrink from %d to %d bytes", cur, size))
 	case size == cur && !prealloc:
 		return nil
 	}
@@ -316,7 +314,7 @@ func (p *Pool) openBeneath(path string, flags int, mode uint32) (*os.File, error
 	}
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
-			return nil, abi.Errorf(abi.PermissionDenied, strconv.Quote(path)+" is a symlink or mount point")
+			return nil, abi.Errorf(abi.PermissionDenied, "%q is a symlink or mount point", path)
 		}
 		return nil, codeErr(err, strconv.Quote(path)+": "+err.Error())
 	}
@@ -432,7 +430,7 @@ func allocate(f *os.File, off, length int64) error {
 	err := unix.Fallocate(int(f.Fd()), 0, off, length)
 	switch {
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EFBIG):
-		return abi.Errorf(abi.ResourceExhausted, "preallocate "+strconv.FormatInt(length, 10)+" bytes: "+err.Error())
+		return abi.Errorf(abi.ResourceExhausted, "preallocate %d bytes: %v", length, err)
 	case errors.Is(err, unix.EOPNOTSUPP):
 		return abi.Errorf(abi.FailedPrecondition, "the pool's filesystem cannot preallocate")
 	case err != nil:
@@ -447,11 +445,11 @@ func checkName(name string) error {
 	case name == "":
 		return abi.Errorf(abi.InvalidArgument, "empty file name")
 	case len(name) > maxName:
-		return abi.Errorf(abi.InvalidArgument, "file name longer than "+strconv.Itoa(maxName)+" bytes")
+		return abi.Errorf(abi.InvalidArgument, "file name longer than %d bytes", maxName)
 	case strings.ContainsAny(name, "/\x00"):
-		return abi.Errorf(abi.InvalidArgument, "file name "+strconv.Quote(name)+" contains / or NUL")
+		return abi.Errorf(abi.InvalidArgument, "file name %q contains / or NUL", name)
 	case name[0] == '.':
-		return abi.Errorf(abi.InvalidArgument, "file name "+strconv.Quote(name)+" starts with a dot")
+		return abi.Errorf(abi.InvalidArgument, "file name %q starts with a dot", name)
 	}
 	return nil
 }
@@ -460,13 +458,13 @@ func checkName(name string) error {
 func codeErr(err error, msg string) error {
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		return abi.Errorf(abi.NotFound, msg)
+		return &abi.Error{Code: abi.NotFound, Message: msg}
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM), errors.Is(err, unix.EROFS):
-		return abi.Errorf(abi.PermissionDenied, msg)
+		return &abi.Error{Code: abi.PermissionDenied, Message: msg}
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
-		return abi.Errorf(abi.ResourceExhausted, msg)
+		return &abi.Error{Code: abi.ResourceExhausted, Message: msg}
 	case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EISDIR):
-		return abi.Errorf(abi.InvalidArgument, msg)
+		return &abi.Error{Code: abi.InvalidArgument, Message: msg}
 	}
 	return err
 }

@@ -41,13 +41,13 @@ func Freeze(path string, dev uint64) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, unix.EBUSY):
-		return abi.Errorf(abi.FailedPrecondition, "freeze "+path+": the filesystem is already frozen by someone else")
+		return abi.Errorf(abi.FailedPrecondition, "freeze %s: the filesystem is already frozen by someone else", path)
 	case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENOTTY), errors.Is(err, unix.EINVAL):
-		return abi.Errorf(abi.FailedPrecondition, "freeze "+path+": the filesystem cannot be frozen ("+err.Error()+")")
+		return abi.Errorf(abi.FailedPrecondition, "freeze %s: the filesystem cannot be frozen (%v)", path, err)
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
-		return abi.Errorf(abi.PermissionDenied, "freeze "+path+": "+err.Error())
+		return abi.Errorf(abi.PermissionDenied, "freeze %s: %v", path, err)
 	}
-	return abi.Errorf(abi.Internal, "freeze "+path+": "+err.Error())
+	return abi.Errorf(abi.Internal, "freeze %s: %v", path, err)
 }
 
 // Thaw thaws the filesystem that holds path when it is the one of device
@@ -71,7 +71,7 @@ func Thaw(path string, dev uint64) (bool, error) {
 	case errors.Is(err, unix.EINVAL):
 		return false, nil // not frozen
 	}
-	return false, abi.Errorf(abi.Internal, "thaw "+path+": "+err.Error())
+	return false, abi.Errorf(abi.Internal, "thaw %s: %v", path, err)
 }
 
 // DeviceOf returns the device number (st_dev) of the filesystem that holds
@@ -80,7 +80,7 @@ func DeviceOf(path string) (uint64, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return 0, abi.Errorf(abi.NotFound, "stat "+path+": "+err.Error())
+			return 0, abi.Errorf(abi.NotFound, "stat %s: %v", path, err)
 		}
 		return 0, fmt.Errorf("stat %s: %w", path, err)
 	}
@@ -92,7 +92,7 @@ func DeviceOf(path string) (uint64, error) {
 func openFS(path string, dev uint64) (int, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
-		return -1, abi.Errorf(abi.NotFound, err.Error())
+		return -1, abi.Errorf(abi.NotFound, "%v", err)
 	}
 	if err != nil {
 		return -1, err
@@ -105,8 +105,7 @@ func openFS(path string, dev uint64) (int, error) {
 		}
 		if st.Dev != dev {
 			unix.Close(fd)
-			return -1, abi.Errorf(abi.FailedPrecondition, fmt.Sprintf("the filesystem there is device %d:%d, not %d:%d",
-				unix.Major(st.Dev), unix.Minor(st.Dev), unix.Major(dev), unix.Minor(dev)))
+			return -1, abi.Errorf(abi.FailedPrecondition, "the filesystem there is device %d:%d, not %d:%d", unix.Major(st.Dev), unix.Minor(st.Dev), unix.Major(dev), unix.Minor(dev))
 		}
 	}
 	return fd, nil

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -92,8 +91,7 @@ func kindOf(fstype string) (kind, error) {
 			return append(args, dev)
 		}}, nil
 	}
-	return kind{}, abi.Errorf(abi.InvalidArgument, "unsupported filesystem type "+strconv.Quote(fstype)+
-		" (supported: ext4, xfs, btrfs)")
+	return kind{}, abi.Errorf(abi.InvalidArgument, "unsupported filesystem type %q (supported: ext4, xfs, btrfs)", fstype)
 }
 
 // MinimumSize returns the smallest device, in bytes, on which Make can put
@@ -133,8 +131,7 @@ func Probe(ctx context.Context, device string) (string, error) {
 		case 2: // nothing found
 			return "", nil
 		case 8: // ambivalent low-level probing result
-			return "", fmt.Errorf("probe %s: %w", device, abi.Errorf(abi.FailedPrecondition,
-				"conflicting signatures on the device: "+tail(out)))
+			return "", fmt.Errorf("probe %s: %w", device, abi.Errorf(abi.FailedPrecondition, "conflicting signatures on the device: %s", tail(out)))
 		}
 	}
 	if err != nil {
@@ -178,17 +175,14 @@ func Make(ctx context.Context, device, fstype string, opts MakeOptions) error {
 		return fmt.Errorf("make %s: %w", fstype, err)
 	}
 	if size < k.minSize {
-		return fmt.Errorf("make %s on %s: %w", fstype, device, abi.Errorf(abi.OutOfRange,
-			"device has "+strconv.FormatInt(size, 10)+" bytes, "+fstype+" needs at least "+
-				strconv.FormatInt(k.minSize, 10)))
+		return fmt.Errorf("make %s on %s: %w", fstype, device, abi.Errorf(abi.OutOfRange, "device has %d bytes, %s needs at least %d", size, fstype, k.minSize))
 	}
 	found, err := Probe(ctx, device)
 	if err != nil {
 		return fmt.Errorf("make %s: %w", fstype, err)
 	}
 	if found != "" {
-		return fmt.Errorf("make %s on %s: %w", fstype, device, abi.Errorf(abi.FailedPrecondition,
-			"device already holds "+found+"; refusing to format it"))
+		return fmt.Errorf("make %s on %s: %w", fstype, device, abi.Errorf(abi.FailedPrecondition, "device already holds %s; refusing to format it", found))
 	}
 	args := k.mkfs(device, opts)
 	if _, err := run(ctx, args[0], args[1:]...); err != nil {
@@ -252,13 +246,13 @@ func preen(ctx context.Context, device string) error {
 
 func checkOptions(k kind, o MakeOptions) error {
 	if len(o.Label) > k.maxLabel {
-		return abi.Errorf(abi.InvalidArgument, "label longer than "+strconv.Itoa(k.maxLabel)+" bytes")
+		return abi.Errorf(abi.InvalidArgument, "label longer than %d bytes", k.maxLabel)
 	}
 	if !utf8.ValidString(o.Label) || strings.IndexFunc(o.Label, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
-		return abi.Errorf(abi.InvalidArgument, "label "+strconv.Quote(o.Label)+" is not printable UTF-8")
+		return abi.Errorf(abi.InvalidArgument, "label %q is not printable UTF-8", o.Label)
 	}
 	if o.UUID != "" && !isUUID(o.UUID) {
-		return abi.Errorf(abi.InvalidArgument, "uuid "+strconv.Quote(o.UUID)+" is not in 8-4-4-4-12 hex form")
+		return abi.Errorf(abi.InvalidArgument, "uuid %q is not in 8-4-4-4-12 hex form", o.UUID)
 	}
 	return nil
 }
@@ -285,7 +279,7 @@ func isUUID(s string) bool {
 // checkDevice accepts an absolute, clean path to an existing block device.
 func checkDevice(device string) error {
 	if !filepath.IsAbs(device) || filepath.Clean(device) != device {
-		return abi.Errorf(abi.InvalidArgument, "device path "+strconv.Quote(device)+" is not absolute and clean")
+		return abi.Errorf(abi.InvalidArgument, "device path %q is not absolute and clean", device)
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(device, &st); err != nil {
@@ -305,7 +299,7 @@ func checkReadable(device string) error {
 	f, err := os.OpenFile(device, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
-			return abi.Errorf(abi.PermissionDenied, err.Error())
+			return abi.Errorf(abi.PermissionDenied, "%v", err)
 		}
 		return err
 	}
@@ -320,17 +314,17 @@ func checkReadable(device string) error {
 // checkMountPath accepts an absolute, clean path to an existing folder.
 func checkMountPath(path string) error {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
-		return abi.Errorf(abi.InvalidArgument, "mount path "+strconv.Quote(path)+" is not absolute and clean")
+		return abi.Errorf(abi.InvalidArgument, "mount path %q is not absolute and clean", path)
 	}
 	fi, err := os.Stat(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return abi.Errorf(abi.NotFound, "mount path "+strconv.Quote(path)+" does not exist")
+			return abi.Errorf(abi.NotFound, "mount path %q does not exist", path)
 		}
 		return err
 	}
 	if !fi.IsDir() {
-		return abi.Errorf(abi.InvalidArgument, "mount path "+strconv.Quote(path)+" is not a folder")
+		return abi.Errorf(abi.InvalidArgument, "mount path %q is not a folder", path)
 	}
 	return nil
 }
@@ -348,7 +342,7 @@ func lookTool(name string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", abi.Errorf(abi.FailedPrecondition, name+" is not installed")
+	return "", abi.Errorf(abi.FailedPrecondition, "%s is not installed", name)
 }
 
 // run runs a tool with a C locale and returns its combined output. A

@@ -49,7 +49,7 @@ func Stats(ctx context.Context, path string) (Usage, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return Usage{}, fmt.Errorf("statfs %s: %w", path, abi.Errorf(abi.NotFound, err.Error()))
+			return Usage{}, fmt.Errorf("statfs %s: %w", path, abi.Errorf(abi.NotFound, "%v", err))
 		}
 		return Usage{}, fmt.Errorf("statfs %s: %w", path, err)
 	}

@@ -68,7 +68,7 @@ func grantedTarget(env *hostcalls.Env, req *abi.IscsiTarget) (Target, error) {
 		return Target{}, err
 	}
 	if !portalGranted(env.Roots, ap) {
-		return Target{}, abi.Errorf(abi.PermissionDenied, "portal "+ap.String()+" is not granted")
+		return Target{}, abi.Errorf(abi.PermissionDenied, "portal %s is not granted", ap.String())
 	}
 	t := Target{Portal: req.Portal, IQN: req.IQN, LUN: int(req.LUN)}
 	if req.ChapUser != "" || req.ChapSecret != "" {

@@ -105,7 +105,7 @@ type Initiator struct {
 // stateDir (created if missing, mode 0700). opts may be nil.
 func New(stateDir string, opts *Options) (*Initiator, error) {
 	if stateDir == "" || !filepath.IsAbs(stateDir) {
-		return nil, abi.Errorf(abi.InvalidArgument, "iscsi: state dir "+strconv.Quote(stateDir)+" is not absolute")
+		return nil, abi.Errorf(abi.InvalidArgument, "iscsi: state dir %q is not absolute", stateDir)
 	}
 	var o Options
 	if opts != nil {
@@ -138,7 +138,7 @@ func (in *Initiator) lock(ctx context.Context, k sessionKey) (func(), error) {
 	case ch <- struct{}{}:
 		return func() { <-ch }, nil
 	case <-ctx.Done():
-		return nil, abi.Errorf(abi.Aborted, "iscsi: "+k.String()+" is busy: "+ctx.Err().Error())
+		return nil, abi.Errorf(abi.Aborted, "iscsi: %s is busy: %v", k.String(), ctx.Err())
 	}
 }
 
@@ -292,7 +292,7 @@ func (in *Initiator) waitDevice(ctx context.Context, ks kernelSession, lun int, 
 		if !ok && !scanned {
 			cur, err := in.sys.session(ks.ID)
 			if err != nil {
-				return "", abi.Errorf(abi.Unavailable, "session"+strconv.Itoa(ks.ID)+" went away")
+				return "", abi.Errorf(abi.Unavailable, "session%d went away", ks.ID)
 			}
 			// The kernel's initial scan of a new session runs after
 			// iscsiadm returns; a kernel without target_state gets a
@@ -305,17 +305,17 @@ func (in *Initiator) waitDevice(ctx context.Context, ks kernelSession, lun int, 
 				if _, ok, err := in.sys.lun(ks, lun); err != nil {
 					return "", err
 				} else if !ok {
-					return "", abi.Errorf(abi.NotFound, "target presents no LUN "+strconv.Itoa(lun)+" to this initiator")
+					return "", abi.Errorf(abi.NotFound, "target presents no LUN %d to this initiator", lun)
 				}
 				continue
 			}
 		}
 		if time.Now().After(deadline) {
-			return "", abi.Errorf(abi.DeadlineExceeded, "LUN "+strconv.Itoa(lun)+" has no block device after "+in.opt.DeviceTimeout.String())
+			return "", abi.Errorf(abi.DeadlineExceeded, "LUN %d has no block device after %s", lun, in.opt.DeviceTimeout.String())
 		}
 		select {
 		case <-ctx.Done():
-			return "", abi.Errorf(abi.DeadlineExceeded, "waiting for LUN "+strconv.Itoa(lun)+": "+ctx.Err().Error())
+			return "", abi.Errorf(abi.DeadlineExceeded, "waiting for LUN %d: %v", lun, ctx.Err())
 		case <-time.After(sleep):
 		}
 		sleep = min(sleep*2, 100*time.Millisecond)
@@ -423,7 +423,7 @@ func (in *Initiator) deleteLUN(ks kernelSession, lun int) error {
 func flushExclusive(dev string) error {
 	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.EBUSY) {
-		return abi.Errorf(abi.FailedPrecondition, dev+" is still in use (mounted or held)")
+		return abi.Errorf(abi.FailedPrecondition, "%s is still in use (mounted or held)", dev)
 	}
 	if errors.Is(err, unix.ENOENT) {
 		return nil
@@ -474,14 +474,14 @@ func (in *Initiator) Rescan(ctx context.Context, t Target) (int64, error) {
 		return 0, fmt.Errorf("rescan %s LUN %d: %w", k, t.LUN, err)
 	}
 	if !ok {
-		return 0, abi.Errorf(abi.NotFound, "rescan "+k.String()+": not logged in")
+		return 0, abi.Errorf(abi.NotFound, "rescan %s: not logged in", k.String())
 	}
 	d, ok, err := in.sys.lun(ks, t.LUN)
 	if err != nil {
 		return 0, fmt.Errorf("rescan %s LUN %d: %w", k, t.LUN, err)
 	}
 	if !ok || d.Block == "" {
-		return 0, abi.Errorf(abi.NotFound, "rescan "+k.String()+": LUN "+strconv.Itoa(t.LUN)+" has no device")
+		return 0, abi.Errorf(abi.NotFound, "rescan %s: LUN %d has no device", k.String(), t.LUN)
 	}
 	if err := sysattr.Write(filepath.Join(d.Dir, "rescan"), "1"); err != nil {
 		return 0, fmt.Errorf("rescan %s LUN %d: %w", k, t.LUN, err)
@@ -601,7 +601,7 @@ func (in *Initiator) InitiatorName(ctx context.Context) (string, error) {
 func readInitiatorName(path string) (string, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", abi.Errorf(abi.FailedPrecondition, "initiator name: "+path+" does not exist (is open-iscsi installed?)")
+		return "", abi.Errorf(abi.FailedPrecondition, "initiator name: %s does not exist (is open-iscsi installed?)", path)
 	}
 	if err != nil {
 		return "", fmt.Errorf("initiator name: %w", err)
@@ -623,5 +623,5 @@ func readInitiatorName(path string) (string, error) {
 	if err := sc.Err(); err != nil {
 		return "", fmt.Errorf("initiator name: read %s: %w", path, err)
 	}
-	return "", abi.Errorf(abi.FailedPrecondition, "initiator name: no InitiatorName= line in "+path)
+	return "", abi.Errorf(abi.FailedPrecondition, "initiator name: no InitiatorName= line in %s", path)
 }

@@ -101,16 +101,16 @@ func (r runner) run(ctx context.Context, op string, args ...string) (string, err
 		if errors.Is(ctx.Err(), context.Canceled) {
 			code = abi.Canceled
 		}
-		return "", fmt.Errorf("iscsiadm %s: %w", op, abi.Errorf(code, ctx.Err().Error()))
+		return "", fmt.Errorf("iscsiadm %s: %w", op, abi.Errorf(code, "%v", ctx.Err()))
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) && ee.ExitCode() > 0 {
 		exit := ee.ExitCode()
 		msg := "iscsiadm " + op + ": " + summarize(out.String()) + " (exit " + strconv.Itoa(exit) + ")"
-		return out.String(), &admError{exit: exit, err: abi.Errorf(codeForExit(exit), msg)}
+		return out.String(), &admError{exit: exit, err: abi.Errorf(codeForExit(exit), "%s", msg)}
 	}
 	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-		return "", abi.Errorf(abi.FailedPrecondition, "iscsiadm "+op+": open-iscsi is not installed: "+err.Error())
+		return "", abi.Errorf(abi.FailedPrecondition, "iscsiadm %s: open-iscsi is not installed: %v", op, err)
 	}
 	return "", fmt.Errorf("iscsiadm %s: %w", op, err)
 }

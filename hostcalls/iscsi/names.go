@@ -25,7 +25,7 @@ const maxNameLen = 223
 // by 16 hex digits, or "naa." followed by 16 or 32 hex digits.
 func ValidateName(name string) error {
 	if err := validateName(name); err != "" {
-		return abi.Errorf(abi.InvalidArgument, "iSCSI name "+strconv.Quote(name)+": "+err)
+		return abi.Errorf(abi.InvalidArgument, "iSCSI name %q: %s", name, err)
 	}
 	return nil
 }
@@ -95,7 +95,7 @@ func validateIQN(s string) string {
 // and must mean one thing.
 func ParsePortal(s string) (netip.AddrPort, error) {
 	bad := func(why string) (netip.AddrPort, error) {
-		return netip.AddrPort{}, abi.Errorf(abi.InvalidArgument, "portal "+strconv.Quote(s)+": "+why)
+		return netip.AddrPort{}, abi.Errorf(abi.InvalidArgument, "portal %q: %s", s, why)
 	}
 	if s == "" {
 		return bad("empty")
@@ -209,7 +209,7 @@ func (t *Target) check() (sessionKey, error) {
 		return sessionKey{}, err
 	}
 	if t.LUN < 0 || t.LUN > MaxLUN {
-		return sessionKey{}, abi.Errorf(abi.InvalidArgument, "LUN "+strconv.Itoa(t.LUN)+" out of range 0-"+strconv.Itoa(MaxLUN))
+		return sessionKey{}, abi.Errorf(abi.InvalidArgument, "LUN %d out of range 0-%d", t.LUN, MaxLUN)
 	}
 	if t.CHAP != nil {
 		if err := t.CHAP.Validate(); err != nil {

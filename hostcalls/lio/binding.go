@@ -67,7 +67,7 @@ func (b *binder) scope(env *hostcalls.Env, target string) (*Configfs, error) {
 		}
 	}
 	if prefix == "" {
-		return nil, abi.Errorf(abi.PermissionDenied, "target "+target+" is outside the granted IQN prefixes")
+		return nil, abi.Errorf(abi.PermissionDenied, "target %s is outside the granted IQN prefixes", target)
 	}
 	c, err := New(Config{Root: b.root, IQNPrefix: prefix, NamePrefix: BindingNamePrefix})
 	if err != nil {
@@ -89,7 +89,7 @@ func (b *binder) lunCreate(ctx context.Context, env *hostcalls.Env, req *abi.Lio
 	case string(FileIO):
 		kind = FileIO
 	default:
-		return nil, abi.Errorf(abi.InvalidArgument, "lio_lun_create: kind "+strconv.Quote(req.Kind)+" is not block or fileio")
+		return nil, abi.Errorf(abi.InvalidArgument, "lio_lun_create: kind %q is not block or fileio", req.Kind)
 	}
 	if err := grantedBacking(env.Roots, kind, req.Path); err != nil {
 		return nil, err
@@ -147,7 +147,7 @@ func (b *binder) lunResize(ctx context.Context, env *hostcalls.Env, req *abi.Lio
 		return nil, err
 	}
 	if req.SizeBytes <= 0 || req.SizeBytes%512 != 0 {
-		return nil, abi.Errorf(abi.InvalidArgument, "lio_lun_resize: size "+strconv.FormatInt(req.SizeBytes, 10)+" is not a positive multiple of 512")
+		return nil, abi.Errorf(abi.InvalidArgument, "lio_lun_resize: size %d is not a positive multiple of 512", req.SizeBytes)
 	}
 	bs, path, err := c.lunBacking(req.Target, int(req.LUN))
 	if err != nil {
@@ -155,21 +155,20 @@ func (b *binder) lunResize(ctx context.Context, env *hostcalls.Env, req *abi.Lio
 	}
 	switch {
 	case bs == nil:
-		return nil, abi.Errorf(abi.NotFound, "lio_lun_resize: "+req.Target+" has no LUN "+strconv.Itoa(int(req.LUN)))
+		return nil, abi.Errorf(abi.NotFound, "lio_lun_resize: %s has no LUN %d", req.Target, int(req.LUN))
 	case bs.Kind == Block:
 		return &abi.Empty{}, nil // LIO reads a block device's size on every capacity request
 	case bs.Kind != FileIO:
-		return nil, abi.Errorf(abi.FailedPrecondition, "lio_lun_resize: LUN "+strconv.Itoa(int(req.LUN))+" is served by a "+string(bs.Kind)+" backstore")
+		return nil, abi.Errorf(abi.FailedPrecondition, "lio_lun_resize: LUN %d is served by a %s backstore", int(req.LUN), string(bs.Kind))
 	}
 	// A fileio LUN larger than its file would let initiators write past
 	// the end and grow the file behind the pool's accounting.
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, abi.Errorf(abi.FailedPrecondition, "lio_lun_resize: backing file: "+err.Error())
+		return nil, abi.Errorf(abi.FailedPrecondition, "lio_lun_resize: backing file: %v", err)
 	}
 	if st.Size() < req.SizeBytes {
-		return nil, abi.Errorf(abi.FailedPrecondition, "lio_lun_resize: "+path+" has "+strconv.FormatInt(st.Size(), 10)+
-			" bytes, fewer than "+strconv.FormatInt(req.SizeBytes, 10)+": grow the file first")
+		return nil, abi.Errorf(abi.FailedPrecondition, "lio_lun_resize: %s has %d bytes, fewer than %d: grow the file first", path, st.Size(), req.SizeBytes)
 	}
 	if err := c.ResizeFileIO(ctx, bs.Name, req.SizeBytes); err != nil {
 		return nil, err
@@ -255,16 +254,16 @@ func grantedBacking(roots []string, kind Kind, path string) error {
 	}
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return abi.Errorf(abi.NotFound, "lio_lun_create: backing store: "+err.Error())
+		return abi.Errorf(abi.NotFound, "lio_lun_create: backing store: %v", err)
 	}
 	if kind == Block {
 		if !strings.HasPrefix(real, "/dev/") {
-			return abi.Errorf(abi.PermissionDenied, "lio_lun_create: "+path+" does not lead to a device node under /dev")
+			return abi.Errorf(abi.PermissionDenied, "lio_lun_create: %s does not lead to a device node under /dev", path)
 		}
 		return nil
 	}
 	if _, err := hostcalls.Confine(paths, real, true); err != nil {
-		return abi.Errorf(abi.PermissionDenied, "lio_lun_create: "+path+" leads outside the granted roots")
+		return abi.Errorf(abi.PermissionDenied, "lio_lun_create: %s leads outside the granted roots", path)
 	}
 	return nil
 }
@@ -283,5 +282,5 @@ func grantedPortal(roots []string, p string) error {
 			return nil
 		}
 	}
-	return abi.Errorf(abi.PermissionDenied, "portal "+want+" is not granted")
+	return abi.Errorf(abi.PermissionDenied, "portal %s is not granted", want)
 }

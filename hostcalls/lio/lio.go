@@ -64,7 +64,7 @@ func (k Kind) hba() (string, error) {
 	case FileIO:
 		return "fileio_0", nil
 	}
-	return "", abi.Errorf(abi.InvalidArgument, "backstore kind "+strconv.Quote(string(k))+" is not block or fileio")
+	return "", abi.Errorf(abi.InvalidArgument, "backstore kind %q is not block or fileio", string(k))
 }
 
 // Config says where LIO lives and which names this instance may touch.
@@ -94,14 +94,14 @@ func New(cfg Config) (*Configfs, error) {
 		cfg.Root = DefaultRoot
 	}
 	if !filepath.IsAbs(cfg.Root) {
-		return nil, abi.Errorf(abi.InvalidArgument, "lio: root "+strconv.Quote(cfg.Root)+" is not absolute")
+		return nil, abi.Errorf(abi.InvalidArgument, "lio: root %q is not absolute", cfg.Root)
 	}
 	cfg.Root = filepath.Clean(cfg.Root)
 	if cfg.IQNPrefix == "" || iscsi.ValidateName(cfg.IQNPrefix+"x") != nil {
-		return nil, abi.Errorf(abi.InvalidArgument, "lio: IQN prefix "+strconv.Quote(cfg.IQNPrefix)+" does not begin an iSCSI name")
+		return nil, abi.Errorf(abi.InvalidArgument, "lio: IQN prefix %q does not begin an iSCSI name", cfg.IQNPrefix)
 	}
 	if cfg.NamePrefix == "" || !validName(cfg.NamePrefix) {
-		return nil, abi.Errorf(abi.InvalidArgument, "lio: name prefix "+strconv.Quote(cfg.NamePrefix)+" must be letters, digits, '_', '.', '-'")
+		return nil, abi.Errorf(abi.InvalidArgument, "lio: name prefix %q must be letters, digits, '_', '.', '-'", cfg.NamePrefix)
 	}
 	return &Configfs{cfg: cfg, mu: new(sync.Mutex)}, nil
 }
@@ -153,7 +153,7 @@ func (c *Configfs) CreateLUN(ctx context.Context, spec LUN) error {
 		return err
 	}
 	if len(spec.Portals) == 0 {
-		return abi.Errorf(abi.InvalidArgument, "lio: LUN "+strconv.Itoa(spec.LUN)+" of "+spec.Target+": no portals")
+		return abi.Errorf(abi.InvalidArgument, "lio: LUN %d of %s: no portals", spec.LUN, spec.Target)
 	}
 	portals := make([]string, len(spec.Portals))
 	for i, p := range spec.Portals {
@@ -255,7 +255,7 @@ func (c *Configfs) Grant(ctx context.Context, target string, lun int, initiator 
 	}
 	lunDir := c.tpgPath(target, "lun", lunName(lun))
 	if _, err := os.Stat(lunDir); errors.Is(err, fs.ErrNotExist) {
-		return abi.Errorf(abi.NotFound, "lio: grant: "+target+" has no LUN "+strconv.Itoa(lun))
+		return abi.Errorf(abi.NotFound, "lio: grant: %s has no LUN %d", target, lun)
 	}
 	acl := c.tpgPath(target, "acls", initiator)
 	if err := mkdir(acl); err != nil {
@@ -361,7 +361,7 @@ func (c *Configfs) ResizeFileIO(ctx context.Context, name string, size int64) er
 		return err
 	}
 	if size <= 0 || size%512 != 0 {
-		return abi.Errorf(abi.InvalidArgument, "lio: size "+strconv.FormatInt(size, 10)+" is not a positive multiple of 512")
+		return abi.Errorf(abi.InvalidArgument, "lio: size %d is not a positive multiple of 512", size)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -370,7 +370,7 @@ func (c *Configfs) ResizeFileIO(ctx context.Context, name string, size int64) er
 	}
 	dir := filepath.Join(c.cfg.Root, "core", "fileio_0", name)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		return abi.Errorf(abi.NotFound, "lio: no fileio backstore "+name)
+		return abi.Errorf(abi.NotFound, "lio: no fileio backstore %s", name)
 	}
 	if err := sysattr.Write(filepath.Join(dir, "control"), "fd_dev_size="+strconv.FormatInt(size, 10)); err != nil {
 		return fmt.Errorf("lio: resize %s: %w", name, err)
@@ -427,7 +427,7 @@ func (c *Configfs) Target(ctx context.Context, target string) (TargetInfo, error
 	}
 	ti := TargetInfo{IQN: target, LUNs: map[int]BackstoreRef{}, ACLs: map[string][]int{}, CHAP: map[string]bool{}}
 	if _, err := os.Stat(c.tpgPath(target)); errors.Is(err, fs.ErrNotExist) {
-		return ti, abi.Errorf(abi.NotFound, "lio: no target "+target)
+		return ti, abi.Errorf(abi.NotFound, "lio: no target %s", target)
 	}
 	en, _ := sysattr.Read(c.tpgPath(target, "enable"))
 	ti.Enabled = en == "1"
@@ -474,7 +474,7 @@ func (c *Configfs) tpgPath(target string, p ...string) string {
 // available reports FailedPrecondition when LIO's configfs tree is absent.
 func (c *Configfs) available() error {
 	if _, err := os.Stat(filepath.Join(c.cfg.Root, "core")); err != nil {
-		return abi.Errorf(abi.FailedPrecondition, "lio: "+c.cfg.Root+" is not available (load target_core_mod and mount configfs): "+err.Error())
+		return abi.Errorf(abi.FailedPrecondition, "lio: %s is not available (load target_core_mod and mount configfs): %v", c.cfg.Root, err)
 	}
 	return nil
 }
@@ -484,17 +484,17 @@ func (c *Configfs) checkTarget(iqn string) error {
 		return err
 	}
 	if !strings.HasPrefix(iqn, c.cfg.IQNPrefix) || iqn == c.cfg.IQNPrefix {
-		return abi.Errorf(abi.PermissionDenied, "lio: target "+iqn+" is outside the granted prefix "+c.cfg.IQNPrefix)
+		return abi.Errorf(abi.PermissionDenied, "lio: target %s is outside the granted prefix %s", iqn, c.cfg.IQNPrefix)
 	}
 	return nil
 }
 
 func (c *Configfs) checkName(name string) error {
 	if !validName(name) || len(name) > 128 {
-		return abi.Errorf(abi.InvalidArgument, "lio: backstore name "+strconv.Quote(name)+" must be 1-128 letters, digits, '_', '.', '-'")
+		return abi.Errorf(abi.InvalidArgument, "lio: backstore name %q must be 1-128 letters, digits, '_', '.', '-'", name)
 	}
 	if !strings.HasPrefix(name, c.cfg.NamePrefix) || name == c.cfg.NamePrefix {
-		return abi.Errorf(abi.PermissionDenied, "lio: backstore "+name+" is outside the granted prefix "+c.cfg.NamePrefix)
+		return abi.Errorf(abi.PermissionDenied, "lio: backstore %s is outside the granted prefix %s", name, c.cfg.NamePrefix)
 	}
 	return nil
 }
@@ -508,16 +508,16 @@ func (c *Configfs) checkBackstore(b *Backstore) error {
 		return err
 	}
 	if !filepath.IsAbs(b.Path) || filepath.Clean(b.Path) != b.Path || !validPath(b.Path) {
-		return abi.Errorf(abi.InvalidArgument, "lio: backstore path "+strconv.Quote(b.Path)+" must be clean, absolute, and free of ',', spaces and control characters")
+		return abi.Errorf(abi.InvalidArgument, "lio: backstore path %q must be clean, absolute, and free of ',', spaces and control characters", b.Path)
 	}
 	st, err := os.Stat(b.Path)
 	if err != nil {
-		return abi.Errorf(abi.NotFound, "lio: backstore path: "+err.Error())
+		return abi.Errorf(abi.NotFound, "lio: backstore path: %v", err)
 	}
 	switch b.Kind {
 	case Block:
 		if st.Mode()&fs.ModeDevice == 0 || st.Mode()&fs.ModeCharDevice != 0 {
-			return abi.Errorf(abi.InvalidArgument, "lio: "+b.Path+" is not a block device")
+			return abi.Errorf(abi.InvalidArgument, "lio: %s is not a block device", b.Path)
 		}
 		if b.Size != 0 {
 			return abi.Errorf(abi.InvalidArgument, "lio: a block backstore takes its device's size; leave Size 0")
@@ -527,13 +527,13 @@ func (c *Configfs) checkBackstore(b *Backstore) error {
 		}
 	case FileIO:
 		if !st.Mode().IsRegular() {
-			return abi.Errorf(abi.InvalidArgument, "lio: "+b.Path+" is not a regular file")
+			return abi.Errorf(abi.InvalidArgument, "lio: %s is not a regular file", b.Path)
 		}
 		if b.Size == 0 {
 			b.Size = st.Size()
 		}
 		if b.Size <= 0 || b.Size%512 != 0 {
-			return abi.Errorf(abi.InvalidArgument, "lio: fileio size "+strconv.FormatInt(b.Size, 10)+" is not a positive multiple of 512")
+			return abi.Errorf(abi.InvalidArgument, "lio: fileio size %d is not a positive multiple of 512", b.Size)
 		}
 	}
 	return nil
@@ -544,7 +544,7 @@ func (c *Configfs) createBackstore(b Backstore) error {
 	dir := filepath.Join(c.cfg.Root, "core", hba, b.Name)
 	if _, err := os.Stat(dir); err == nil {
 		if cur, _ := sysattr.Read(filepath.Join(dir, "udev_path")); cur != "" && cur != b.Path {
-			return abi.Errorf(abi.AlreadyExists, "lio: backstore "+b.Name+" already serves "+cur)
+			return abi.Errorf(abi.AlreadyExists, "lio: backstore %s already serves %s", b.Name, cur)
 		}
 		if on, _ := sysattr.Read(filepath.Join(dir, "enable")); on == "1" {
 			return setWriteCache(dir, b)
@@ -603,7 +603,7 @@ func (c *Configfs) deleteBackstore(kind Kind, name string) error {
 	hba, _ := kind.hba()
 	err := rmdir(filepath.Join(c.cfg.Root, "core", hba, name))
 	if errors.Is(err, unix.EBUSY) {
-		return abi.Errorf(abi.FailedPrecondition, "lio: backstore "+name+" is still served by a LUN")
+		return abi.Errorf(abi.FailedPrecondition, "lio: backstore %s is still served by a LUN", name)
 	}
 	if err != nil {
 		return fmt.Errorf("lio: delete backstore %s: %w", name, err)
@@ -638,10 +638,10 @@ func (c *Configfs) createTarget(target string) error {
 func (c *Configfs) addPortal(target, np string) error {
 	err := mkdir(c.tpgPath(target, "np", np))
 	if errors.Is(err, unix.EADDRINUSE) {
-		return abi.Errorf(abi.FailedPrecondition, "lio: portal "+np+" is in use by another program")
+		return abi.Errorf(abi.FailedPrecondition, "lio: portal %s is in use by another program", np)
 	}
 	if errors.Is(err, unix.EADDRNOTAVAIL) {
-		return abi.Errorf(abi.FailedPrecondition, "lio: portal "+np+": no such local address")
+		return abi.Errorf(abi.FailedPrecondition, "lio: portal %s: no such local address", np)
 	}
 	if err != nil {
 		return fmt.Errorf("lio: target %s: portal %s: %w", target, np, err)
@@ -659,7 +659,7 @@ func (c *Configfs) mapLUN(target string, lun int, b Backstore) error {
 	}
 	if cur != nil {
 		if *cur != (BackstoreRef{Kind: b.Kind, Name: b.Name}) {
-			return abi.Errorf(abi.AlreadyExists, "lio: "+target+" LUN "+strconv.Itoa(lun)+" already serves "+cur.Name)
+			return abi.Errorf(abi.AlreadyExists, "lio: %s LUN %d already serves %s", target, lun, cur.Name)
 		}
 		return nil
 	}
@@ -806,7 +806,7 @@ func (c *Configfs) deleteTarget(target string) error {
 
 func checkLUN(lun int) error {
 	if lun < 0 || lun > MaxLUN {
-		return abi.Errorf(abi.InvalidArgument, "lio: LUN "+strconv.Itoa(lun)+" out of range 0-"+strconv.Itoa(MaxLUN))
+		return abi.Errorf(abi.InvalidArgument, "lio: LUN %d out of range 0-%d", lun, MaxLUN)
 	}
 	return nil
 }
@@ -944,7 +944,7 @@ func ensureLink(dest, link string) error {
 		if filepath.Base(cur) == filepath.Base(dest) {
 			return nil
 		}
-		return abi.Errorf(abi.AlreadyExists, link+" points to "+cur)
+		return abi.Errorf(abi.AlreadyExists, "%s points to %s", link, cur)
 	}
 	if err := unix.Symlink(dest, link); err != nil && !errors.Is(err, unix.EEXIST) {
 		return &fs.PathError{Op: "symlink", Path: link, Err: err}

@@ -132,7 +132,7 @@ func openConfined(roots []string, path string, flags int) (*os.File, error) {
 		}
 	}
 	if root == "" {
-		return nil, abi.Errorf(abi.PermissionDenied, "path "+strconv.Quote(path)+" is outside the granted roots")
+		return nil, abi.Errorf(abi.PermissionDenied, "path %q is outside the granted roots", path)
 	}
 	rel, _ := filepath.Rel(root, clean)
 	dir, err := os.OpenFile(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -152,7 +152,7 @@ func openConfined(roots []string, path string, flags int) (*os.File, error) {
 		}
 	}
 	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.EXDEV) {
-		return nil, abi.Errorf(abi.PermissionDenied, "path "+strconv.Quote(path)+" goes through a symlink")
+		return nil, abi.Errorf(abi.PermissionDenied, "path %q goes through a symlink", path)
 	}
 	if err != nil {
 		return nil, codeErr(err, "open "+strconv.Quote(path)+": "+err.Error())

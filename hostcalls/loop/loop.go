@@ -128,7 +128,7 @@ func attachOpen(ctx context.Context, f *os.File, kind uint32, opts Options) (Dev
 		if kind == unix.S_IFBLK {
 			what = "not a block device"
 		}
-		return Device{}, fmt.Errorf("attach %s: %w", name, abi.Errorf(abi.InvalidArgument, what))
+		return Device{}, fmt.Errorf("attach %s: %w", name, &abi.Error{Code: abi.InvalidArgument, Message: what})
 	}
 	accmode, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err != nil {
@@ -149,8 +149,7 @@ func attachOpen(ctx context.Context, f *os.File, kind uint32, opts Options) (Dev
 	}
 	if found {
 		if existing.ReadOnly != readOnly {
-			return Device{}, fmt.Errorf("attach %s: %w", name, abi.Errorf(abi.FailedPrecondition,
-				"already attached to "+existing.Path+" with read-only="+strconv.FormatBool(existing.ReadOnly)))
+			return Device{}, fmt.Errorf("attach %s: %w", name, abi.Errorf(abi.FailedPrecondition, "already attached to %s with read-only=%s", existing.Path, strconv.FormatBool(existing.ReadOnly)))
 		}
 		return existing, nil
 	}
@@ -186,7 +185,7 @@ func bindFree(ctx context.Context, backing int, name string, flags uint32) (Devi
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
 			if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.ENODEV) {
-				return Device{}, abi.Errorf(abi.ResourceExhausted, "no free loop device: "+err.Error())
+				return Device{}, abi.Errorf(abi.ResourceExhausted, "no free loop device: %v", err)
 			}
 			return Device{}, fmt.Errorf("LOOP_CTL_GET_FREE: %w", err)
 		}
@@ -202,8 +201,7 @@ func bindFree(ctx context.Context, backing int, name string, flags uint32) (Devi
 			return Device{}, err
 		}
 	}
-	return Device{}, abi.Errorf(abi.Aborted, "lost the race for a free loop device "+
-		strconv.Itoa(maxBusyRetries)+" times")
+	return Device{}, abi.Errorf(abi.Aborted, "lost the race for a free loop device %d times", maxBusyRetries)
 }
 
 // bindDevice binds backing to /dev/loopN with LOOP_CONFIGURE. A kernel that
@@ -373,7 +371,7 @@ func waitUnbound(ctx context.Context, dev string) {
 func checkDevicePath(dev string) error {
 	n, ok := strings.CutPrefix(dev, devPrefix)
 	if !ok || n == "" || len(n) > 7 || strings.TrimLeft(n, "0123456789") != "" {
-		return abi.Errorf(abi.InvalidArgument, "not a loop device path: "+strconv.Quote(dev))
+		return abi.Errorf(abi.InvalidArgument, "not a loop device path: %q", dev)
 	}
 	return nil
 }
@@ -442,11 +440,11 @@ func sleep(ctx context.Context, d time.Duration) error {
 func codeErr(err error, msg string) error {
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		return abi.Errorf(abi.NotFound, msg)
+		return &abi.Error{Code: abi.NotFound, Message: msg}
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM), errors.Is(err, unix.EROFS):
-		return abi.Errorf(abi.PermissionDenied, msg)
+		return &abi.Error{Code: abi.PermissionDenied, Message: msg}
 	case errors.Is(err, unix.EISDIR), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP):
-		return abi.Errorf(abi.InvalidArgument, msg)
+		return &abi.Error{Code: abi.InvalidArgument, Message: msg}
 	}
 	return err
 }

@@ -109,7 +109,7 @@ func confine(roots []string, path string) (string, error) {
 		}
 	}
 	if _, err := hostcalls.Confine(all, real, false); err != nil {
-		return "", abi.Errorf(abi.PermissionDenied, fmt.Sprintf("path %q resolves to %q, outside the granted roots", path, real))
+		return "", abi.Errorf(abi.PermissionDenied, "path %q resolves to %q, outside the granted roots", path, real)
 	}
 	return real, nil
 }

@@ -111,14 +111,14 @@ func sameBind(target string, sst *unix.Stat_t, readOnly bool) error {
 		return fail("bind", target, err)
 	}
 	if tst.Dev != sst.Dev || tst.Ino != sst.Ino {
-		return abi.Errorf(abi.AlreadyExists, fmt.Sprintf("mount: bind on %q: already mounted from another source", target))
+		return abi.Errorf(abi.AlreadyExists, "mount: bind on %q: already mounted from another source", target)
 	}
 	e, err := Info(target)
 	if err != nil {
 		return err
 	}
 	if e.ReadOnly != readOnly {
-		return abi.Errorf(abi.AlreadyExists, fmt.Sprintf("mount: bind on %q: already mounted %s", target, rwName(e.ReadOnly)))
+		return abi.Errorf(abi.AlreadyExists, "mount: bind on %q: already mounted %s", target, rwName(e.ReadOnly))
 	}
 	return nil
 }
@@ -133,13 +133,13 @@ func sameBind(target string, sst *unix.Stat_t, readOnly bool) error {
 // is AlreadyExists.
 func Mount(ctx context.Context, device, target, fstype string, options []string) (bool, error) {
 	if device == "" || strings.IndexByte(device, 0) >= 0 {
-		return false, abi.Errorf(abi.InvalidArgument, fmt.Sprintf("mount: invalid device %q", device))
+		return false, abi.Errorf(abi.InvalidArgument, "mount: invalid device %q", device)
 	}
 	if err := checkPath("target", target); err != nil {
 		return false, err
 	}
 	if !validFSType(fstype) {
-		return false, abi.Errorf(abi.InvalidArgument, fmt.Sprintf("mount: invalid filesystem type %q", fstype))
+		return false, abi.Errorf(abi.InvalidArgument, "mount: invalid filesystem type %q", fstype)
 	}
 	flags, data, err := parseOptions(options)
 	if err != nil {
@@ -182,10 +182,10 @@ func sameMount(device, target, fstype string, readOnly bool) error {
 		same = same && e.Source == device
 	}
 	if !same {
-		return abi.Errorf(abi.AlreadyExists, fmt.Sprintf("mount: %q is already mounted from %s (%s%s)", target, e.Source, e.FSType, rootSuffix(e.Root)))
+		return abi.Errorf(abi.AlreadyExists, "mount: %q is already mounted from %s (%s%s)", target, e.Source, e.FSType, rootSuffix(e.Root))
 	}
 	if e.ReadOnly != readOnly {
-		return abi.Errorf(abi.AlreadyExists, fmt.Sprintf("mount: %q is already mounted %s", target, rwName(e.ReadOnly)))
+		return abi.Errorf(abi.AlreadyExists, "mount: %q is already mounted %s", target, rwName(e.ReadOnly))
 	}
 	return nil
 }
@@ -230,7 +230,7 @@ func unmount(ctx context.Context, target string, flags int) (bool, error) {
 			return did, fail("unmount", target, err)
 		}
 	}
-	return did, abi.Errorf(abi.Internal, fmt.Sprintf("mount: unmount %q: still mounted after %d unmounts", target, maxStacked))
+	return did, abi.Errorf(abi.Internal, "mount: unmount %q: still mounted after %d unmounts", target, maxStacked)
 }
 
 // openTarget makes sure target exists with the kind the source needs and
@@ -265,13 +265,13 @@ func openTarget(target string, dir bool) (*os.File, error) {
 	switch kind := st.Mode & unix.S_IFMT; {
 	case kind == unix.S_IFLNK:
 		t.Close()
-		return nil, abi.Errorf(abi.FailedPrecondition, fmt.Sprintf("mount: target %q is a symlink", target))
+		return nil, abi.Errorf(abi.FailedPrecondition, "mount: target %q is a symlink", target)
 	case dir && kind != unix.S_IFDIR:
 		t.Close()
-		return nil, abi.Errorf(abi.FailedPrecondition, fmt.Sprintf("mount: target %q is not a directory, the source is", target))
+		return nil, abi.Errorf(abi.FailedPrecondition, "mount: target %q is not a directory, the source is", target)
 	case !dir && kind == unix.S_IFDIR:
 		t.Close()
-		return nil, abi.Errorf(abi.FailedPrecondition, fmt.Sprintf("mount: target %q is a directory, the source is not", target))
+		return nil, abi.Errorf(abi.FailedPrecondition, "mount: target %q is a directory, the source is not", target)
 	}
 	return t, nil
 }
@@ -282,7 +282,7 @@ func fdPath(f *os.File) string { return "/proc/self/fd/" + strconv.Itoa(int(f.Fd
 
 func checkPath(what, p string) error {
 	if p == "" || !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
-		return abi.Errorf(abi.InvalidArgument, fmt.Sprintf("mount: %s %q is not an absolute path", what, p))
+		return abi.Errorf(abi.InvalidArgument, "mount: %s %q is not an absolute path", what, p)
 	}
 	return nil
 }
@@ -341,5 +341,5 @@ func fail(op, path string, err error) error {
 			code = abi.ResourceExhausted
 		}
 	}
-	return abi.Errorf(code, fmt.Sprintf("mount: %s %q: %v", op, path, err))
+	return abi.Errorf(code, "mount: %s %q: %v", op, path, err)
 }

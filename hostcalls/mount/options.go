@@ -1,7 +1,6 @@
 package mount
 
 import (
-	"fmt"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -61,9 +60,9 @@ func parseOptions(options []string) (uintptr, string, error) {
 	for _, o := range options {
 		switch {
 		case o == "" || strings.ContainsAny(o, ",\x00"):
-			return 0, "", abi.Errorf(abi.InvalidArgument, fmt.Sprintf("mount: invalid option %q: one option per element", o))
+			return 0, "", abi.Errorf(abi.InvalidArgument, "mount: invalid option %q: one option per element", o)
 		case refusedOptions[o]:
-			return 0, "", abi.Errorf(abi.InvalidArgument, fmt.Sprintf("mount: option %q is not for Mount", o))
+			return 0, "", abi.Errorf(abi.InvalidArgument, "mount: option %q is not for Mount", o)
 		case userspaceOptions[o], strings.HasPrefix(o, "x-"), strings.HasPrefix(o, "comment="):
 			continue
 		}
@@ -75,7 +74,7 @@ func parseOptions(options []string) (uintptr, string, error) {
 	}
 	s := strings.Join(data, ",")
 	if len(s) >= 4096 { // the kernel copies at most one page of data
-		return 0, "", abi.Errorf(abi.InvalidArgument, fmt.Sprintf("mount: %d bytes of filesystem options, the limit is 4095", len(s)))
+		return 0, "", abi.Errorf(abi.InvalidArgument, "mount: %d bytes of filesystem options, the limit is 4095", len(s))
 	}
 	return flags, s, nil
 }

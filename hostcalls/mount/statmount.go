@@ -309,5 +309,5 @@ func superOptions(sbFlags uint32, fsOpts string) []string {
 
 // notMountPoint is Info's answer for a target with no mount on it.
 func notMountPoint(target string) error {
-	return abi.Errorf(abi.NotFound, fmt.Sprintf("mount: %q is not a mount point", target))
+	return abi.Errorf(abi.NotFound, "mount: %q is not a mount point", target)
 }

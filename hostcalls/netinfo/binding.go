@@ -3,7 +3,6 @@ package netinfo
 import (
 	"context"
 	"net/netip"
-	"strconv"
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
@@ -25,7 +24,7 @@ func Bindings() []hostcalls.Func {
 func routeToCall(ctx context.Context, env *hostcalls.Env, req *abi.NetRouteToRequest) (*abi.NetRoute, error) {
 	ip, err := netip.ParseAddr(req.IP)
 	if err != nil {
-		return nil, abi.Errorf(abi.InvalidArgument, "net_route_to: "+strconv.Quote(req.IP)+" is not an IP address")
+		return nil, abi.Errorf(abi.InvalidArgument, "net_route_to: %q is not an IP address", req.IP)
 	}
 	n, err := Open()
 	if err != nil {

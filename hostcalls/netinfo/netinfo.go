@@ -139,18 +139,18 @@ func (n *Namespace) RouteTo(ctx context.Context, ip netip.Addr) (Route, error) {
 		return Route{}, err
 	}
 	if !ip.IsValid() || ip.Zone() != "" || ip.IsUnspecified() {
-		return Route{}, abi.Errorf(abi.InvalidArgument, "netinfo: route to "+ip.String()+": need a unicast address without zone")
+		return Route{}, abi.Errorf(abi.InvalidArgument, "netinfo: route to %s: need a unicast address without zone", ip.String())
 	}
 	ip = ip.Unmap()
 	routes, err := n.h.RouteGet(ip.AsSlice())
 	if errors.Is(err, unix.ENETUNREACH) || errors.Is(err, unix.EHOSTUNREACH) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.EINVAL) {
-		return Route{}, abi.Errorf(abi.NotFound, "netinfo: no route to "+ip.String()+": "+err.Error())
+		return Route{}, abi.Errorf(abi.NotFound, "netinfo: no route to %s: %v", ip.String(), err)
 	}
 	if err != nil {
 		return Route{}, fmt.Errorf("netinfo: route to %s: %w", ip, err)
 	}
 	if len(routes) == 0 {
-		return Route{}, abi.Errorf(abi.NotFound, "netinfo: no route to "+ip.String())
+		return Route{}, abi.Errorf(abi.NotFound, "netinfo: no route to %s", ip.String())
 	}
 	r := routes[0]
 	link, err := n.h.LinkByIndex(r.LinkIndex)
@@ -194,7 +194,7 @@ func (n *Namespace) firstAddr(link netlink.Link, v4 bool) (netip.Addr, error) {
 		}
 	}
 	if !fallback.IsValid() {
-		return netip.Addr{}, abi.Errorf(abi.NotFound, link.Attrs().Name+" has no address to send from")
+		return netip.Addr{}, abi.Errorf(abi.NotFound, "%s has no address to send from", link.Attrs().Name)
 	}
 	return fallback, nil
 }

@@ -18,7 +18,7 @@ func SetHost(h Host) { host = h }
 // call ignores the import function: the name selects the host's answer.
 func call(_ rawFunc, name string, req, resp abi.Message) error {
 	if host == nil {
-		return abi.Errorf(abi.Unavailable, "no host installed for "+name+" (hostcall.SetHost)")
+		return &abi.Error{Code: abi.Unavailable, Message: "no host installed for " + name + " (hostcall.SetHost)"}
 	}
 	out, err := host(name, req.AppendWire(nil))
 	if err != nil {
@@ -27,11 +27,11 @@ func call(_ rawFunc, name string, req, resp abi.Message) error {
 		var e *abi.Error
 		switch {
 		case !errors.As(err, &e) || e.Code == abi.OK || !e.Code.Valid():
-			return abi.Errorf(abi.Internal, err.Error())
+			return &abi.Error{Code: abi.Internal, Message: err.Error()}
 		case e == err:
-			return abi.Errorf(e.Code, e.Message)
+			return &abi.Error{Code: e.Code, Message: e.Message}
 		default:
-			return abi.Errorf(e.Code, err.Error())
+			return &abi.Error{Code: e.Code, Message: err.Error()}
 		}
 	}
 	return decode(abi.OK, out, resp)

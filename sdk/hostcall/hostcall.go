@@ -38,13 +38,13 @@ func decode(code abi.Code, out []byte, resp abi.Message) error {
 		if !code.Valid() {
 			code = abi.Internal
 		}
-		return abi.Errorf(code, string(out))
+		return &abi.Error{Code: code, Message: string(out)}
 	}
 	if resp == nil {
 		return nil
 	}
 	if err := resp.UnmarshalWire(out); err != nil {
-		return abi.Errorf(abi.Internal, "host answer does not decode: "+err.Error())
+		return &abi.Error{Code: abi.Internal, Message: "host answer does not decode: " + err.Error()}
 	}
 	return nil
 }

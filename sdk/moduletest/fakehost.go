@@ -46,7 +46,7 @@ func HandleTyped[Req any, Resp any, PReq interface {
 	f.Handle(family, name, func(raw []byte) ([]byte, error) {
 		req := PReq(new(Req))
 		if err := req.UnmarshalWire(raw); err != nil {
-			return nil, abi.Errorf(abi.InvalidArgument, err.Error())
+			return nil, abi.Errorf(abi.InvalidArgument, "%v", err)
 		}
 		resp, err := fn(req)
 		if err != nil || resp == nil {
@@ -69,7 +69,7 @@ func (f *FakeHost) answer(name string, req []byte) ([]byte, error) {
 	f.calls = append(f.calls, name)
 	f.mu.Unlock()
 	if !ok {
-		return nil, abi.Errorf(abi.Unimplemented, "fake host has no handler for "+name)
+		return nil, abi.Errorf(abi.Unimplemented, "fake host has no handler for %s", name)
 	}
 	return h.fn(req)
 }
@@ -99,7 +99,7 @@ func RealHost(funcs map[string]hostcalls.Func, roots []string) hostcall.Host {
 	return func(name string, req []byte) ([]byte, error) {
 		fn, ok := funcs[name]
 		if !ok {
-			return nil, abi.Errorf(abi.Unimplemented, "no host call "+name)
+			return nil, abi.Errorf(abi.Unimplemented, "no host call %s", name)
 		}
 		return fn.Call(context.Background(), env, req)
 	}

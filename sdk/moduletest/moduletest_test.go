@@ -88,7 +88,7 @@ func TestMinimalWithFakeHost(t *testing.T) {
 			// An answer larger than the guest's buffer is fetched whole
 			// with result_read, without running the call twice.
 			long := strings.Repeat("x", 10000)
-			createErr = abi.Errorf(abi.FailedPrecondition, long)
+			createErr = &abi.Error{Code: abi.FailedPrecondition, Message: long}
 			before := len(created)
 			if _, err := create("pvc-3"); abi.CodeOf(err) != abi.FailedPrecondition || !strings.HasSuffix(err.Error(), long) {
 				t.Errorf("create_volume with a 10000-byte host error: code %v, message length %d", abi.CodeOf(err), len(err.Error()))
