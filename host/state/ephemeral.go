@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/wasmcsi/wasmcsi/abi/wire"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -14,24 +13,24 @@ import (
 // work, so that a retry or a start-up after a crash knows what may exist
 // and finishes or undoes it.
 type Ephemeral struct {
-	COVolumeID string
-	Phase      string // EphemeralPublishing, EphemeralPublished or EphemeralDeleting
-	Backend    string
+	COVolumeID string `wire:"1"`
+	Phase      string `wire:"2"` // EphemeralPublishing, EphemeralPublished or EphemeralDeleting
+	Backend    string `wire:"3"`
 	// Name, Parameters, RequiredBytes and Capability are the create_volume
 	// request, kept so that a repeat finds the volume a crash left unnamed.
-	Name          string
-	Parameters    map[string]string
-	RequiredBytes int64
-	Capability    Capability
-	ReadOnly      bool
-	TargetPath    string
-	StagingPath   string // chosen by the host: the CO stages no inline volume
+	Name          string            `wire:"4"`
+	Parameters    map[string]string `wire:"5"`
+	RequiredBytes int64             `wire:"6"`
+	Capability    Capability        `wire:"7"`
+	ReadOnly      bool              `wire:"8"`
+	TargetPath    string            `wire:"9"`
+	StagingPath   string            `wire:"10"` // chosen by the host: the CO stages no inline volume
 	// VolumeID, CapacityBytes and Context are create_volume's answer, once
 	// it has come.
-	VolumeID      string
-	CapacityBytes int64
-	Context       map[string]string
-	CreatedAt     time.Time
+	VolumeID      string            `wire:"11"`
+	CapacityBytes int64             `wire:"12"`
+	Context       map[string]string `wire:"13"`
+	CreatedAt     time.Time         `wire:"14"`
 }
 
 // Phases of an ephemeral inline volume.
@@ -52,7 +51,7 @@ func (s *Store) PutEphemeral(e Ephemeral) error {
 	if err := checkKey("volume ID", e.COVolumeID); err != nil {
 		return err
 	}
-	val, err := encodeEphemeral(&e)
+	val, err := encode[Ephemeral](&e)
 	if err != nil {
 		return fmt.Errorf("put ephemeral %s: %w", e.COVolumeID, invalid(err))
 	}
@@ -81,7 +80,7 @@ func unindexEphemeral(tx *txn, coVolumeID string, old []byte, keep string) error
 	if old == nil {
 		return nil
 	}
-	e, err := decodeEphemeral(old)
+	e, err := decode[Ephemeral](old)
 	if err != nil {
 		return corrupt("ephemeral", coVolumeID, err)
 	}
@@ -111,7 +110,7 @@ func (s *Store) EphemeralByVolumeID(volumeID string) (Ephemeral, error) {
 			return corrupt("ephemeral_volumes index", volumeID, fmt.Errorf("no ephemeral %s", co))
 		}
 		var err error
-		if e, err = decodeEphemeral(b); err != nil {
+		if e, err = decode[Ephemeral](b); err != nil {
 			return corrupt("ephemeral", string(co), err)
 		}
 		found = true
@@ -130,7 +129,7 @@ func (s *Store) EphemeralByVolumeID(volumeID string) (Ephemeral, error) {
 func indexEphemeralVolumes(tx *bolt.Tx) error {
 	idx := tx.Bucket(bucketEphemeralVolumes)
 	return tx.Bucket(bucketEphemeral).ForEach(func(k, b []byte) error {
-		e, err := decodeEphemeral(b)
+		e, err := decode[Ephemeral](b)
 		if err != nil {
 			return corrupt("ephemeral", string(k), err)
 		}
@@ -146,7 +145,7 @@ func indexEphemeralVolumes(tx *bolt.Tx) error {
 func (s *Store) GetEphemeral(coVolumeID string) (Ephemeral, error) {
 	var e Ephemeral
 	found, err := s.get(bucketEphemeral, []byte(coVolumeID), func(b []byte) (err error) {
-		if e, err = decodeEphemeral(b); err != nil {
+		if e, err = decode[Ephemeral](b); err != nil {
 			return corrupt("ephemeral", coVolumeID, err)
 		}
 		return nil
@@ -184,7 +183,7 @@ func (s *Store) DeleteEphemeral(coVolumeID string) error {
 func (s *Store) ListEphemerals() ([]Ephemeral, error) {
 	var out []Ephemeral
 	_, err := s.page(listEphemerals, bucketEphemeral, nil, "", 0, func(_ *txn, k, b []byte) error {
-		e, err := decodeEphemeral(b)
+		e, err := decode[Ephemeral](b)
 		if err != nil {
 			return corrupt("ephemeral", string(k), err)
 		}
@@ -195,67 +194,4 @@ func (s *Store) ListEphemerals() ([]Ephemeral, error) {
 		return nil, fmt.Errorf("list ephemerals: %w", err)
 	}
 	return out, nil
-}
-
-func encodeEphemeral(v *Ephemeral) ([]byte, error) {
-	e := encoder{b: make([]byte, 0, 256)}
-	e.str(1, v.COVolumeID)
-	e.str(2, v.Phase)
-	e.str(3, v.Backend)
-	e.str(4, v.Name)
-	e.strMap(5, v.Parameters)
-	e.int(6, v.RequiredBytes)
-	m := e.begin(7)
-	e.bool(1, v.Capability.Block)
-	e.str(2, v.Capability.FsType)
-	e.strs(3, v.Capability.MountFlags)
-	e.int(4, int64(v.Capability.AccessMode))
-	e.end(m)
-	e.bool(8, v.ReadOnly)
-	e.str(9, v.TargetPath)
-	e.str(10, v.StagingPath)
-	e.str(11, v.VolumeID)
-	e.int(12, v.CapacityBytes)
-	e.strMap(13, v.Context)
-	e.time(14, v.CreatedAt)
-	return e.result()
-}
-
-func decodeEphemeral(b []byte) (v Ephemeral, err error) {
-	err = decodeFields("Ephemeral", wire.NewDecoder(b), func(d *wire.Decoder, field int, t wire.Type) (err error) {
-		switch field {
-		case 1:
-			v.COVolumeID, err = d.String(t)
-		case 2:
-			v.Phase, err = d.String(t)
-		case 3:
-			v.Backend, err = d.String(t)
-		case 4:
-			v.Name, err = d.String(t)
-		case 5:
-			err = d.StringMapEntry(t, &v.Parameters)
-		case 6:
-			v.RequiredBytes, err = d.Int64(t)
-		case 7:
-			v.Capability, err = decodeCapability(d, t)
-		case 8:
-			v.ReadOnly, err = d.Bool(t)
-		case 9:
-			v.TargetPath, err = d.String(t)
-		case 10:
-			v.StagingPath, err = d.String(t)
-		case 11:
-			v.VolumeID, err = d.String(t)
-		case 12:
-			v.CapacityBytes, err = d.Int64(t)
-		case 13:
-			err = d.StringMapEntry(t, &v.Context)
-		case 14:
-			v.CreatedAt, err = decodeTime(d, t)
-		default:
-			err = d.Skip(field, t)
-		}
-		return err
-	})
-	return v, err
 }

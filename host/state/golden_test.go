@@ -70,16 +70,16 @@ func goldenRecords() map[string]func() (enc []byte, check func([]byte) (any, any
 		}
 	}
 	return map[string]func() ([]byte, func([]byte) (any, any, error), error){
-		"volume":          entry(vol, func() ([]byte, error) { return encodeVolume(&vol) }, func(b []byte) (any, error) { return decodeVolume(b) }),
-		"volume-old":      entry(old, func() ([]byte, error) { return encodeVolume(&old) }, func(b []byte) (any, error) { return decodeVolume(b) }),
-		"volume-empty":    entry(Volume{}, func() ([]byte, error) { return encodeVolume(&Volume{}) }, func(b []byte) (any, error) { return decodeVolume(b) }),
-		"snapshot":        entry(snap, func() ([]byte, error) { return encodeSnapshot(&snap) }, func(b []byte) (any, error) { return decodeSnapshot(b) }),
-		"group":           entry(group, func() ([]byte, error) { return encodeGroup(&group) }, func(b []byte) (any, error) { return decodeGroup(b) }),
-		"stage":           entry(stage, func() ([]byte, error) { return encodeStage(&stage) }, func(b []byte) (any, error) { return decodeStage(b) }),
-		"volume-deleting": entry(deleting, func() ([]byte, error) { return encodeVolume(&deleting) }, func(b []byte) (any, error) { return decodeVolume(b) }),
-		"intent":          entry(intent, func() ([]byte, error) { return encodeIntent(&intent) }, func(b []byte) (any, error) { return decodeIntent(b) }),
-		"publish":         entry(pub, func() ([]byte, error) { return encodePublish(&pub) }, func(b []byte) (any, error) { return decodePublish(b) }),
-		"ephemeral":       entry(eph, func() ([]byte, error) { return encodeEphemeral(&eph) }, func(b []byte) (any, error) { return decodeEphemeral(b) }),
+		"volume":          entry(vol, func() ([]byte, error) { return encode[Volume](&vol) }, func(b []byte) (any, error) { return decode[Volume](b) }),
+		"volume-old":      entry(old, func() ([]byte, error) { return encode[Volume](&old) }, func(b []byte) (any, error) { return decode[Volume](b) }),
+		"volume-empty":    entry(Volume{}, func() ([]byte, error) { return encode[Volume](&Volume{}) }, func(b []byte) (any, error) { return decode[Volume](b) }),
+		"snapshot":        entry(snap, func() ([]byte, error) { return encode[Snapshot](&snap) }, func(b []byte) (any, error) { return decode[Snapshot](b) }),
+		"group":           entry(group, func() ([]byte, error) { return encode[Group](&group) }, func(b []byte) (any, error) { return decode[Group](b) }),
+		"stage":           entry(stage, func() ([]byte, error) { return encode[Stage](&stage) }, func(b []byte) (any, error) { return decode[Stage](b) }),
+		"volume-deleting": entry(deleting, func() ([]byte, error) { return encode[Volume](&deleting) }, func(b []byte) (any, error) { return decode[Volume](b) }),
+		"intent":          entry(intent, func() ([]byte, error) { return encode[Intent](&intent) }, func(b []byte) (any, error) { return decode[Intent](b) }),
+		"publish":         entry(pub, func() ([]byte, error) { return encode[Publish](&pub) }, func(b []byte) (any, error) { return decode[Publish](b) }),
+		"ephemeral":       entry(eph, func() ([]byte, error) { return encode[Ephemeral](&eph) }, func(b []byte) (any, error) { return decode[Ephemeral](b) }),
 	}
 }
 

@@ -2,7 +2,7 @@ package state
 
 var groupTable = &table[Group]{
 	kind: "group", bucket: bucketGroups,
-	encode: encodeGroup, decode: decodeGroup, check: checkGroup,
+	encode: encode[Group], decode: decode[Group], check: checkGroup,
 	id: func(g *Group) string { return g.ID },
 }
 

@@ -7,7 +7,7 @@ import (
 
 var intentTable = &table[Intent]{
 	kind: "intent", bucket: bucketIntents,
-	encode: encodeIntent, decode: decodeIntent,
+	encode: encode[Intent], decode: decode[Intent],
 	check: func(v *Intent) error { return checkKey("intent key", v.Key) },
 	id:    func(v *Intent) string { return v.Key },
 }

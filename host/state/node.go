@@ -5,8 +5,8 @@ import "fmt"
 // The node's records are written asynchronously (PutStageAsync) and have no
 // name index; they share the tables' reads and deletes.
 var (
-	stageTable   = &table[Stage]{kind: "stage", bucket: bucketStages, decode: decodeStage}
-	publishTable = &table[Publish]{kind: "publish", bucket: bucketPublishes, decode: decodePublish}
+	stageTable   = &table[Stage]{kind: "stage", bucket: bucketStages, decode: decode[Stage]}
+	publishTable = &table[Publish]{kind: "publish", bucket: bucketPublishes, decode: decode[Publish]}
 )
 
 // PutStage records that volume st.VolumeID is staged on this node,
@@ -31,7 +31,7 @@ func (s *Store) PutStageAsync(st Stage) (wait func() error, err error) {
 	if err := checkKey("volume ID", st.VolumeID); err != nil {
 		return nil, err
 	}
-	val, err := encodeStage(&st)
+	val, err := encode[Stage](&st)
 	if err != nil {
 		return nil, fmt.Errorf("put stage %s: %w", st.VolumeID, invalid(err))
 	}
@@ -85,7 +85,7 @@ func (s *Store) PutPublishAsync(p Publish) (wait func() error, err error) {
 	if err := checkKey("target path", p.TargetPath); err != nil {
 		return nil, err
 	}
-	val, err := encodePublish(&p)
+	val, err := encode[Publish](&p)
 	if err != nil {
 		return nil, fmt.Errorf("put publish %s at %s: %w", p.VolumeID, p.TargetPath, invalid(err))
 	}
@@ -104,7 +104,7 @@ func (s *Store) PutPublishAsync(p Publish) (wait func() error, err error) {
 func (s *Store) GetPublish(volumeID, targetPath string) (Publish, error) {
 	var p Publish
 	found, err := s.get(bucketPublishes, prefixKey(volumeID, targetPath), func(b []byte) (err error) {
-		if p, err = decodePublish(b); err != nil {
+		if p, err = decode[Publish](b); err != nil {
 			return corrupt("publish", volumeID+" at "+targetPath, err)
 		}
 		return nil

@@ -14,7 +14,7 @@ const (
 
 var snapshotTable = &table[Snapshot]{
 	kind: "snapshot", bucket: bucketSnapshots,
-	encode: encodeSnapshot, decode: decodeSnapshot, check: checkSnapshot,
+	encode: encode[Snapshot], decode: decode[Snapshot], check: checkSnapshot,
 	id:    func(v *Snapshot) string { return v.ID },
 	names: bucketSnapshotNames, name: func(v *Snapshot) string { return v.Name }, nameField: snapshotNameField,
 	index: indexSnapshotSource, unindex: unindexSnapshotSource,

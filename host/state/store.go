@@ -11,7 +11,7 @@
 // # On-disk layout
 //
 // One bbolt file (go.etcd.io/bbolt) with these buckets; keys are raw bytes,
-// values are records in the tagged binary encoding described in codec.go:
+// values are records in the tagged binary encoding described in records.go:
 //
 //	meta             "schema" -> uvarint schema version (currently 2)
 //	                 "log_seq" -> uvarint: every log record up to this one is in the buckets

@@ -1,6 +1,43 @@
 package state
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/wasmcsi/wasmcsi/abi/wire"
+)
+
+// record is what wiregen writes for a record type T (records.go).
+type wireRecord[T any] interface {
+	*T
+	AppendWire([]byte) []byte
+	UnmarshalWire([]byte) error
+	ValidUTF8() bool
+}
+
+// errNotUTF8 refuses a record the decoder could not read back: abi/wire
+// strings, like protobuf's, must be valid UTF-8.
+var errNotUTF8 = errors.New("record holds a string that is not valid UTF-8")
+
+// encode returns the encoding of v, or errNotUTF8.
+func encode[T any, P wireRecord[T]](v *T) ([]byte, error) {
+	if !P(v).ValidUTF8() {
+		return nil, errNotUTF8
+	}
+	return P(v).AppendWire(make([]byte, 0, 256)), nil
+}
+
+func decode[T any, P wireRecord[T]](b []byte) (v T, err error) {
+	err = P(&v).UnmarshalWire(b)
+	return v, err
+}
+
+// stringField returns the string in top-level field f of an encoded record
+// without decoding the rest: the write paths use it to find the old name or
+// source of a record they are about to replace.
+func stringField(b []byte, f int) (string, error) {
+	return wire.FindString(wire.NewDecoder(b), f)
+}
 
 // table is one kind of record kept by ID in a bucket, with an optional
 // unique-name index and indexes of its own: every record kind's put,

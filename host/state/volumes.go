@@ -11,7 +11,7 @@ const volumeNameField = 2
 
 var volumeTable = &table[Volume]{
 	kind: "volume", bucket: bucketVolumes,
-	encode: encodeVolume, decode: decodeVolume, check: checkVolume,
+	encode: encode[Volume], decode: decode[Volume], check: checkVolume,
 	id:    func(v *Volume) string { return v.ID },
 	names: bucketVolumeNames, name: func(v *Volume) string { return v.Name }, nameField: volumeNameField,
 	hidden:  func(v *Volume) bool { return v.Deleting },
@@ -107,7 +107,7 @@ func (s *Store) MarkVolumeDeleting(id string) error {
 		if err := tx.Bucket(bucketVolumesDeleting).Put([]byte(id), nil); err != nil {
 			return err
 		}
-		b, err := encodeVolume(&v)
+		b, err := encode[Volume](&v)
 		if err != nil {
 			return err
 		}

@@ -16,7 +16,7 @@ func UpToDate(t *testing.T, files map[string][]byte) {
 	for path, src := range files {
 		have, err := os.ReadFile(path)
 		if err != nil || !bytes.Equal(have, src) {
-			t.Errorf("%s is out of date (%v): run go generate ./abi", path, err)
+			t.Errorf("%s is out of date (%v): run go generate in its package", path, err)
 		}
 	}
 }

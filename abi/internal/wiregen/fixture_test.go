@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/wasmcsi/wasmcsi/abi/internal/gencheck"
 	"github.com/wasmcsi/wasmcsi/abi/internal/wiregen/testdata/fixture"
 	"github.com/wasmcsi/wasmcsi/abi/wire"
 )
@@ -283,21 +284,22 @@ func sortedKeys(m map[string][]byte) []string {
 	return keys
 }
 
-// TestABIUpToDate checks that package abi's committed *_wire.go files are
-// what the generator makes of its current sources.
-func TestABIUpToDate(t *testing.T) {
-	const abiDir = "../.."
-	out, err := Generate(abiDir, Options{})
-	if err != nil {
-		t.Fatalf("generate abi: %v", err)
-	}
-	for name, src := range out.Files {
-		have, err := os.ReadFile(filepath.Join(abiDir, name))
-		if err != nil || !bytes.Equal(have, src) {
-			t.Errorf("abi/%s is out of date (%v): run go generate ./abi", name, err)
+// TestUpToDate checks that the committed *_wire.go files of abi and of
+// host/state (generated with -utf8, as its go:generate line says) are what
+// the generator makes of their current sources.
+func TestUpToDate(t *testing.T) {
+	for dir, opt := range map[string]Options{"../..": {}, "../../../host/state": {CheckUTF8: true}} {
+		out, err := Generate(dir, opt)
+		if err != nil {
+			t.Fatalf("generate %s: %v", dir, err)
 		}
-	}
-	for _, name := range out.Stale {
-		t.Errorf("abi/%s is stale: run go generate ./abi", name)
+		files := map[string][]byte{}
+		for name, src := range out.Files {
+			files[filepath.Join(dir, name)] = src
+		}
+		gencheck.UpToDate(t, files)
+		for _, name := range out.Stale {
+			t.Errorf("%s is stale: run go generate in %s", filepath.Join(dir, name), dir)
+		}
 	}
 }
