@@ -320,14 +320,14 @@ func (s *Server) teardownEphemeral(ctx context.Context, rec *state.Ephemeral) er
 			return fmt.Errorf("record ephemeral volume %s: %w", rec.COVolumeID, err)
 		}
 	}
-	if err := s.store.DeletePublishAsync(rec.VolumeID, rec.TargetPath); err != nil && !errors.Is(err, state.ErrNotFound) {
+	if err := s.store.DeletePublishSoon(rec.VolumeID, rec.TargetPath); err != nil && !errors.Is(err, state.ErrNotFound) {
 		return err
 	}
 	if stage, err := s.store.GetStage(rec.VolumeID); err == nil {
 		if err := s.unstage(ctx, &stage); err != nil {
 			return err
 		}
-		if err := s.store.DeleteStageAsync(rec.VolumeID); err != nil && !errors.Is(err, state.ErrNotFound) {
+		if err := s.store.DeleteStageSoon(rec.VolumeID); err != nil && !errors.Is(err, state.ErrNotFound) {
 			return fmt.Errorf("delete stage record %s: %w", rec.VolumeID, err)
 		}
 	} else if !errors.Is(err, state.ErrNotFound) {

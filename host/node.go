@@ -307,7 +307,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if err := durable(); err != nil {
 		return nil, fmt.Errorf("mark stage of %s: %w", id, err)
 	}
-	if err := s.store.DeleteStageAsync(id); err != nil && !errors.Is(err, state.ErrNotFound) {
+	if err := s.store.DeleteStageSoon(id); err != nil && !errors.Is(err, state.ErrNotFound) {
 		return nil, fmt.Errorf("delete stage record %s: %w", id, err)
 	}
 	return &csi.NodeUnstageVolumeResponse{}, nil
@@ -376,7 +376,7 @@ func (s *Server) livePublications(ctx context.Context, rec *state.Stage) ([]stat
 		if p.Block && p.ReadOnly {
 			forgotten = &p
 		}
-		if err := s.store.DeletePublishAsync(id, p.TargetPath); err != nil && !errors.Is(err, state.ErrNotFound) {
+		if err := s.store.DeletePublishSoon(id, p.TargetPath); err != nil && !errors.Is(err, state.ErrNotFound) {
 			return nil, err
 		}
 	}
@@ -600,7 +600,7 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 			return nil, serr
 		}
 	}
-	if err := s.store.DeletePublishAsync(id, target); err != nil && !errors.Is(err, state.ErrNotFound) {
+	if err := s.store.DeletePublishSoon(id, target); err != nil && !errors.Is(err, state.ErrNotFound) {
 		return nil, fmt.Errorf("delete publication record %s at %s: %w", id, target, err)
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil

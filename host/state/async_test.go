@@ -30,20 +30,20 @@ func TestAsyncNodeWrites(t *testing.T) {
 	if err := waitPub(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeletePublishAsync("v", "/target/missing"); abi.CodeOf(err) != abi.NotFound {
-		t.Fatalf("DeletePublishAsync of a missing record = %v, want NOT_FOUND at once", err)
+	if err := s.DeletePublishSoon("v", "/target/missing"); abi.CodeOf(err) != abi.NotFound {
+		t.Fatalf("DeletePublishSoon of a missing record = %v, want NOT_FOUND at once", err)
 	}
 	if _, err := s.PutPublishAsync(Publish{VolumeID: "v"}); abi.CodeOf(err) != abi.InvalidArgument {
 		t.Fatalf("PutPublishAsync without a target = %v, want INVALID_ARGUMENT", err)
 	}
-	if err := s.DeletePublishAsync("v", "/target/a"); err != nil {
+	if err := s.DeletePublishSoon("v", "/target/a"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.GetPublish("v", "/target/a"); abi.CodeOf(err) != abi.NotFound {
-		t.Fatalf("publish after DeletePublishAsync = %v, want NOT_FOUND at once", err)
+		t.Fatalf("publish after DeletePublishSoon = %v, want NOT_FOUND at once", err)
 	}
-	if err := s.DeleteStageAsync("missing"); abi.CodeOf(err) != abi.NotFound {
-		t.Fatalf("DeleteStageAsync of a missing record = %v, want NOT_FOUND at once", err)
+	if err := s.DeleteStageSoon("missing"); abi.CodeOf(err) != abi.NotFound {
+		t.Fatalf("DeleteStageSoon of a missing record = %v, want NOT_FOUND at once", err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -59,11 +59,11 @@ func TestAsyncNodeWrites(t *testing.T) {
 	if pubs, err := s.PublishesOf("v"); err != nil || len(pubs) != 0 {
 		t.Fatalf("publishes after reopen = %+v, %v; want none", pubs, err)
 	}
-	if err := s.DeleteStageAsync("v"); err != nil {
+	if err := s.DeleteStageSoon("v"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.GetStage("v"); abi.CodeOf(err) != abi.NotFound {
-		t.Fatalf("stage after DeleteStageAsync = %v, want NOT_FOUND at once", err)
+		t.Fatalf("stage after DeleteStageSoon = %v, want NOT_FOUND at once", err)
 	}
 }
 
@@ -75,7 +75,7 @@ func TestAsyncDeletionRidesOnTheNextSync(t *testing.T) {
 	if err := s.PutStage(Stage{VolumeID: "a", StagingPath: "/stage/a"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteStageAsync("a"); err != nil {
+	if err := s.DeleteStageSoon("a"); err != nil {
 		t.Fatal(err)
 	}
 	seq := s.log.lastSeq()

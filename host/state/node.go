@@ -52,12 +52,12 @@ func (s *Store) DeleteStage(volumeID string) error {
 	return s.deleteStage(volumeID, s.write)
 }
 
-// DeleteStageAsync is DeleteStage that does not wait for the disk, nor make
+// DeleteStageSoon is DeleteStage that does not wait for the disk, nor make
 // it work at once: the deletion is visible at once and reaches the disk
 // with the next waited write's sync or the checkpoint within a second.
 // Unlike PutStageAsync it returns nothing to wait for: it is for deletions
 // the node service need not wait for (host/RATIONALE.md, "Records").
-func (s *Store) DeleteStageAsync(volumeID string) error {
+func (s *Store) DeleteStageSoon(volumeID string) error {
 	return s.deleteStage(volumeID, s.writeSoon)
 }
 
@@ -124,9 +124,9 @@ func (s *Store) DeletePublish(volumeID, targetPath string) error {
 	return s.deletePublish(volumeID, targetPath, s.write)
 }
 
-// DeletePublishAsync is DeletePublish that does not wait for the disk; see
-// DeleteStageAsync.
-func (s *Store) DeletePublishAsync(volumeID, targetPath string) error {
+// DeletePublishSoon is DeletePublish that does not wait for the disk; see
+// DeleteStageSoon.
+func (s *Store) DeletePublishSoon(volumeID, targetPath string) error {
 	return s.deletePublish(volumeID, targetPath, s.writeSoon)
 }
 

@@ -410,7 +410,8 @@ func (s *Store) write(fn func(tx *txn) error) error {
 // writeAsync is write that returns as soon as the changes are applied
 // (readers see them) and logged in memory, with the log's write and sync
 // already started; the returned wait blocks until they are durable, or
-// reports why they cannot be.
+// reports why they cannot be. The Store's methods that use it end in
+// Async, those that use writeSoon in Soon.
 func (s *Store) writeAsync(fn func(tx *txn) error) (wait func() error, err error) {
 	seq, err := s.apply(fn)
 	if err != nil {
