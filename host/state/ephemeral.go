@@ -45,33 +45,26 @@ const (
 	EphemeralDeleting = "deleting"
 )
 
-// PutEphemeral records e, replacing any earlier record of its CO volume
-// ID, and returns once it is durable.
-func (s *Store) PutEphemeral(e Ephemeral) error {
-	if err := checkKey("volume ID", e.COVolumeID); err != nil {
-		return err
-	}
-	val, err := encode[Ephemeral](&e)
-	if err != nil {
-		return fmt.Errorf("put ephemeral %s: %w", e.COVolumeID, invalid(err))
-	}
-	err = s.write(func(tx *txn) error {
-		recs := tx.Bucket(bucketEphemeral)
-		if err := unindexEphemeral(tx, e.COVolumeID, recs.Get([]byte(e.COVolumeID)), e.VolumeID); err != nil {
-			return err
-		}
-		if e.VolumeID != "" {
-			if err := tx.Bucket(bucketEphemeralVolumes).Put([]byte(e.VolumeID), []byte(e.COVolumeID)); err != nil {
+var ephemeralTable = &table[Ephemeral, *Ephemeral]{
+	kind: "ephemeral", kinds: "ephemerals", bucket: bucketEphemeral, listing: listEphemerals,
+	check: func(e *Ephemeral) error { return checkKey("volume ID", e.COVolumeID) },
+	key:   func(e *Ephemeral) string { return e.COVolumeID },
+	index: func(tx *txn, e *Ephemeral, old []byte) (func() error, error) {
+		return func() error {
+			if err := unindexEphemeral(tx, e.COVolumeID, old, e.VolumeID); err != nil || e.VolumeID == "" {
 				return err
 			}
-		}
-		return recs.Put([]byte(e.COVolumeID), val)
-	})
-	if err != nil {
-		return fmt.Errorf("put ephemeral %s: %w", e.COVolumeID, err)
-	}
-	return nil
+			return tx.Bucket(bucketEphemeralVolumes).Put([]byte(e.VolumeID), []byte(e.COVolumeID))
+		}, nil
+	},
+	unindex: func(tx *txn, coVolumeID string, old []byte) (func() error, error) {
+		return func() error { return unindexEphemeral(tx, coVolumeID, old, "") }, nil
+	},
 }
+
+// PutEphemeral records e, replacing any earlier record of its CO volume
+// ID, and returns once it is durable.
+func (s *Store) PutEphemeral(e Ephemeral) error { return ephemeralTable.put(s.write, e, false) }
 
 // unindexEphemeral drops the ephemeral_volumes entry of old, the record of
 // coVolumeID being replaced or deleted (nil: none), unless it names keep
@@ -143,55 +136,14 @@ func indexEphemeralVolumes(tx *bolt.Tx) error {
 // GetEphemeral returns the record of the ephemeral volume the CO calls
 // coVolumeID, or ErrNotFound.
 func (s *Store) GetEphemeral(coVolumeID string) (Ephemeral, error) {
-	var e Ephemeral
-	found, err := s.get(bucketEphemeral, []byte(coVolumeID), func(b []byte) (err error) {
-		if e, err = decode[Ephemeral](b); err != nil {
-			return corrupt("ephemeral", coVolumeID, err)
-		}
-		return nil
-	})
-	if err == nil && !found {
-		err = ErrNotFound
-	}
-	if err != nil {
-		return Ephemeral{}, fmt.Errorf("ephemeral %s: %w", coVolumeID, err)
-	}
-	return e, nil
+	return ephemeralTable.get(s, coVolumeID)
 }
 
 // DeleteEphemeral removes the record once durable, or returns ErrNotFound.
 func (s *Store) DeleteEphemeral(coVolumeID string) error {
-	err := s.write(func(tx *txn) error {
-		b := tx.Bucket(bucketEphemeral)
-		old := b.Get([]byte(coVolumeID))
-		if old == nil {
-			return refuse(ErrNotFound)
-		}
-		if err := unindexEphemeral(tx, coVolumeID, old, ""); err != nil {
-			return err
-		}
-		return b.Delete([]byte(coVolumeID))
-	})
-	if err != nil {
-		return fmt.Errorf("delete ephemeral %s: %w", coVolumeID, err)
-	}
-	return nil
+	return ephemeralTable.delete(s.write, coVolumeID)
 }
 
 // ListEphemerals returns every ephemeral volume record, in CO volume ID
 // order.
-func (s *Store) ListEphemerals() ([]Ephemeral, error) {
-	var out []Ephemeral
-	_, err := s.page(listEphemerals, bucketEphemeral, nil, "", 0, func(_ *txn, k, b []byte) error {
-		e, err := decode[Ephemeral](b)
-		if err != nil {
-			return corrupt("ephemeral", string(k), err)
-		}
-		out = append(out, e)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list ephemerals: %w", err)
-	}
-	return out, nil
-}
+func (s *Store) ListEphemerals() ([]Ephemeral, error) { return ephemeralTable.all(s) }

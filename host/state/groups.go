@@ -1,9 +1,8 @@
 package state
 
-var groupTable = &table[Group]{
-	kind: "group", bucket: bucketGroups,
-	encode: encode[Group], decode: decode[Group], check: checkGroup,
-	id: func(g *Group) string { return g.ID },
+var groupTable = &table[Group, *Group]{
+	kind: "group", bucket: bucketGroups, check: checkGroup,
+	key: func(g *Group) string { return g.ID },
 }
 
 func checkGroup(g *Group) error {

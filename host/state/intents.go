@@ -5,11 +5,10 @@ import (
 	"time"
 )
 
-var intentTable = &table[Intent]{
-	kind: "intent", bucket: bucketIntents,
-	encode: encode[Intent], decode: decode[Intent],
+var intentTable = &table[Intent, *Intent]{
+	kind: "intent", kinds: "intents", bucket: bucketIntents, listing: listIntents,
 	check: func(v *Intent) error { return checkKey("intent key", v.Key) },
-	id:    func(v *Intent) string { return v.Key },
+	key:   func(v *Intent) string { return v.Key },
 }
 
 // LogIntent records the intent, replacing one of the same key, and returns
@@ -47,10 +46,4 @@ func (s *Store) DropIntentSoon(key string, created time.Time) error {
 func (s *Store) GetIntent(key string) (Intent, error) { return intentTable.get(s, key) }
 
 // ListIntents returns every logged intent in key order.
-func (s *Store) ListIntents() ([]Intent, error) {
-	var out []Intent
-	if _, err := s.page(listIntents, bucketIntents, nil, "", 0, intentTable.collect(&out)); err != nil {
-		return nil, fmt.Errorf("list intents: %w", err)
-	}
-	return out, nil
-}
+func (s *Store) ListIntents() ([]Intent, error) { return intentTable.all(s) }

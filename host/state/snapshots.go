@@ -12,10 +12,9 @@ const (
 	snapshotSourceField = 5
 )
 
-var snapshotTable = &table[Snapshot]{
-	kind: "snapshot", bucket: bucketSnapshots,
-	encode: encode[Snapshot], decode: decode[Snapshot], check: checkSnapshot,
-	id:    func(v *Snapshot) string { return v.ID },
+var snapshotTable = &table[Snapshot, *Snapshot]{
+	kind: "snapshot", kinds: "snapshots", bucket: bucketSnapshots, listing: listSnapshots, check: checkSnapshot,
+	key:   func(v *Snapshot) string { return v.ID },
 	names: bucketSnapshotNames, name: func(v *Snapshot) string { return v.Name }, nameField: snapshotNameField,
 	index: indexSnapshotSource, unindex: unindexSnapshotSource,
 }
@@ -107,9 +106,11 @@ type SnapshotFilter struct {
 // was issued for.
 func (s *Store) ListSnapshots(f SnapshotFilter, startToken string, max int) (snaps []Snapshot, next string, err error) {
 	switch {
+	case f.SnapshotID == "" && f.SourceVolumeID == "":
+		return snapshotTable.list(s, nil, startToken, max)
 	case f.SnapshotID != "":
 		snaps, err = s.oneSnapshot(f, startToken, max)
-	case f.SourceVolumeID != "":
+	default: // by source volume
 		next, err = s.page(listSnapshotsBySource, bucketSnapshotSource, prefixKey(f.SourceVolumeID, ""), startToken, max,
 			func(tx *txn, k, _ []byte) error {
 				_, id, err := splitPrefixKey(k)
@@ -127,8 +128,6 @@ func (s *Store) ListSnapshots(f SnapshotFilter, startToken string, max int) (sna
 				snaps = append(snaps, v)
 				return nil
 			})
-	default:
-		next, err = s.page(listSnapshots, bucketSnapshots, nil, startToken, max, snapshotTable.collect(&snaps))
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("list snapshots: %w", err)

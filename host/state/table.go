@@ -24,6 +24,7 @@ func encode[T any, P wireRecord[T]](v *T) ([]byte, error) {
 	if !P(v).ValidUTF8() {
 		return nil, errNotUTF8
 	}
+	// Most records fit: one allocation.
 	return P(v).AppendWire(make([]byte, 0, 256)), nil
 }
 
@@ -39,17 +40,19 @@ func stringField(b []byte, f int) (string, error) {
 	return wire.FindString(wire.NewDecoder(b), f)
 }
 
-// table is one kind of record kept by ID in a bucket, with an optional
+// table is one kind of record kept by key in a bucket, with an optional
 // unique-name index and indexes of its own: every record kind's put,
 // insert, get, lookup by name, delete and listing are this code, so a fix
-// to one is a fix to all.
-type table[T any] struct {
-	kind   string // "volume", in errors
-	bucket []byte
-	encode func(*T) ([]byte, error)
-	decode func([]byte) (T, error)
-	check  func(*T) error
-	id     func(*T) string
+// to one is a fix to all. A kind declares its buckets, key and indexes.
+type table[T any, P wireRecord[T]] struct {
+	kind, kinds string // "volume", "volumes": in errors
+	bucket      []byte
+	listing     listing // what its page tokens list (0: no listing)
+	check       func(*T) error
+	// key is where a record is kept: its ID, or a composite key (then
+	// label says it for errors; nil: the key is its own label).
+	key   func(*T) string
+	label func(key string) string
 
 	// names is the name index bucket (nil: none); name answers a record's
 	// name and nameField is its field number in the encoding.
@@ -70,36 +73,63 @@ type table[T any] struct {
 	hidden func(*T) bool
 }
 
-// put records v; with insert it refuses, writing nothing, an ID already
-// recorded. write is the Store's write or writeSoon.
-func (t *table[T]) put(write func(func(tx *txn) error) error, v T, insert bool) error {
+// put records v, replacing a record of its key; with insert it refuses,
+// writing nothing, a key already recorded. write is the Store's write or
+// writeSoon.
+func (t *table[T, P]) put(write func(func(tx *txn) error) error, v T, insert bool) error {
 	verb := "put"
 	if insert {
 		verb = "insert"
 	}
-	if err := t.check(&v); err != nil {
+	key, fn, err := t.change(&v, verb, insert)
+	if err != nil {
 		return err
 	}
-	id := t.id(&v)
-	val, err := t.encode(&v)
-	if err != nil {
-		return fmt.Errorf("%s %s %s: %w", verb, t.kind, id, invalid(err))
+	if err := write(fn); err != nil {
+		return t.errorf(verb, key, err)
 	}
-	err = write(func(tx *txn) error {
+	return nil
+}
+
+// putAsync is put with the Store's writeAsync: it returns once readers see
+// v, and wait returns once v is durable (or why it cannot be).
+func (t *table[T, P]) putAsync(s *Store, v T) (wait func() error, err error) {
+	key, fn, err := t.change(&v, "put", false)
+	if err != nil {
+		return nil, err
+	}
+	if wait, err = s.writeAsync(fn); err != nil {
+		return nil, t.errorf("put", key, err)
+	}
+	return wait, nil
+}
+
+// change checks and encodes v and returns its key and the write function
+// that records it and keeps its indexes.
+func (t *table[T, P]) change(v *T, verb string, insert bool) (string, func(tx *txn) error, error) {
+	if err := t.check(v); err != nil {
+		return "", nil, err
+	}
+	key := t.key(v)
+	val, err := encode[T, P](v)
+	if err != nil {
+		return "", nil, t.errorf(verb, key, invalid(err))
+	}
+	return key, func(tx *txn) error {
 		recs := tx.Bucket(t.bucket)
-		old := recs.Get([]byte(id))
+		old := recs.Get([]byte(key))
 		if insert && old != nil {
 			return refuse(ErrIDTaken)
 		}
 		applyName, applyIndex := nothing, nothing
 		var err error
 		if t.names != nil {
-			if applyName, err = nameIndex(tx.Bucket(t.names), id, t.name(&v), old, t.nameField); err != nil {
+			if applyName, err = nameIndex(tx.Bucket(t.names), key, t.name(v), old, t.nameField); err != nil {
 				return err
 			}
 		}
 		if t.index != nil {
-			if applyIndex, err = t.index(tx, &v, old); err != nil {
+			if applyIndex, err = t.index(tx, v, old); err != nil {
 				return err
 			}
 		}
@@ -109,30 +139,26 @@ func (t *table[T]) put(write func(func(tx *txn) error) error, v T, insert bool) 
 		if err := applyIndex(); err != nil {
 			return err
 		}
-		return recs.Put([]byte(id), val)
-	})
-	if err != nil {
-		return fmt.Errorf("%s %s %s: %w", verb, t.kind, id, err)
-	}
-	return nil
+		return recs.Put([]byte(key), val)
+	}, nil
 }
 
-// get returns the record with the given ID, or ErrNotFound, also for a
+// get returns the record with the given key, or ErrNotFound, also for a
 // hidden one.
-func (t *table[T]) get(s *Store, id string) (T, error) {
-	v, err := t.getAny(s, id)
+func (t *table[T, P]) get(s *Store, key string) (T, error) {
+	v, err := t.getAny(s, key)
 	if err == nil && t.hidden != nil && t.hidden(&v) {
 		var zero T
-		return zero, fmt.Errorf("%s %s: being deleted: %w", t.kind, id, ErrNotFound)
+		return zero, fmt.Errorf("%s %s: being deleted: %w", t.kind, t.labelOf(key), ErrNotFound)
 	}
 	return v, err
 }
 
 // getAny is get that also finds a hidden record.
-func (t *table[T]) getAny(s *Store, id string) (T, error) {
+func (t *table[T, P]) getAny(s *Store, key string) (T, error) {
 	var v T
-	found, err := s.get(t.bucket, []byte(id), func(b []byte) (err error) {
-		v, err = t.decodeAt(id, b)
+	found, err := s.get(t.bucket, []byte(key), func(b []byte) (err error) {
+		v, err = t.decodeAt(key, b)
 		return err
 	})
 	if err == nil && !found {
@@ -140,14 +166,14 @@ func (t *table[T]) getAny(s *Store, id string) (T, error) {
 	}
 	if err != nil {
 		var zero T
-		return zero, fmt.Errorf("%s %s: %w", t.kind, id, err)
+		return zero, fmt.Errorf("%s %s: %w", t.kind, t.labelOf(key), err)
 	}
 	return v, nil
 }
 
 // byName returns the record with the given name, or ErrNotFound, also for
 // a hidden one.
-func (t *table[T]) byName(s *Store, name string) (T, error) {
+func (t *table[T, P]) byName(s *Store, name string) (T, error) {
 	v, err := t.byNameAny(s, name)
 	if err == nil && t.hidden != nil && t.hidden(&v) {
 		var zero T
@@ -157,7 +183,7 @@ func (t *table[T]) byName(s *Store, name string) (T, error) {
 }
 
 // byNameAny is byName that also finds a hidden record.
-func (t *table[T]) byNameAny(s *Store, name string) (T, error) {
+func (t *table[T, P]) byNameAny(s *Store, name string) (T, error) {
 	var v T
 	var found bool
 	err := s.view(func(tx *txn) error {
@@ -186,49 +212,66 @@ func (t *table[T]) byNameAny(s *Store, name string) (T, error) {
 
 // delete removes the record and its index entries, or returns ErrNotFound;
 // write is the Store's write or writeSoon.
-func (t *table[T]) delete(write func(func(tx *txn) error) error, id string) error {
+func (t *table[T, P]) delete(write func(func(tx *txn) error) error, key string) error {
 	err := write(func(tx *txn) error {
 		recs := tx.Bucket(t.bucket)
-		old := recs.Get([]byte(id))
+		old := recs.Get([]byte(key))
 		if old == nil {
 			return refuse(ErrNotFound)
 		}
 		applyIndex := nothing
 		if t.unindex != nil {
 			var err error
-			if applyIndex, err = t.unindex(tx, id, old); err != nil {
+			if applyIndex, err = t.unindex(tx, key, old); err != nil {
 				return err
 			}
 		}
 		if t.names != nil {
-			if err := dropName(tx.Bucket(t.names), id, old, t.nameField); err != nil {
+			if err := dropName(tx.Bucket(t.names), key, old, t.nameField); err != nil {
 				return err
 			}
 		}
 		if err := applyIndex(); err != nil {
 			return err
 		}
-		return recs.Delete([]byte(id))
+		return recs.Delete([]byte(key))
 	})
 	if err != nil {
-		return fmt.Errorf("delete %s %s: %w", t.kind, id, err)
+		return t.errorf("delete", key, err)
 	}
 	return nil
 }
 
+// list returns up to max records (0: all) whose keys start with prefix, in
+// key order, starting at token ("" for the first page), and the token of
+// the next page, "" after the last.
+func (t *table[T, P]) list(s *Store, prefix []byte, token string, max int) (out []T, next string, err error) {
+	next, err = s.page(t.listing, t.bucket, prefix, token, max, t.collect(&out))
+	if err != nil {
+		return nil, "", fmt.Errorf("list %s: %w", t.kinds, err)
+	}
+	return out, next, nil
+}
+
+// all returns every record in key order.
+func (t *table[T, P]) all(s *Store) ([]T, error) {
+	out, _, err := t.list(s, nil, "", 0)
+	return out, err
+}
+
 // decodeAt decodes the record stored under key; a record that does not
 // decode is DATA_LOSS.
-func (t *table[T]) decodeAt(key string, b []byte) (T, error) {
-	v, err := t.decode(b)
+func (t *table[T, P]) decodeAt(key string, b []byte) (T, error) {
+	v, err := decode[T, P](b)
 	if err != nil {
-		return v, corrupt(t.kind, key, err)
+		return v, corrupt(t.kind, t.labelOf(key), err)
 	}
 	return v, nil
 }
 
 // collect is a page visitor that appends each record to out, except the
 // hidden ones (errSkip, which page does not count).
-func (t *table[T]) collect(out *[]T) func(_ *txn, k, b []byte) error {
+func (t *table[T, P]) collect(out *[]T) func(_ *txn, k, b []byte) error {
 	return func(_ *txn, k, b []byte) error {
 		v, err := t.decodeAt(string(k), b)
 		if err != nil {
@@ -240,6 +283,18 @@ func (t *table[T]) collect(out *[]T) func(_ *txn, k, b []byte) error {
 		*out = append(*out, v)
 		return nil
 	}
+}
+
+func (t *table[T, P]) labelOf(key string) string {
+	if t.label == nil {
+		return key
+	}
+	return t.label(key)
+}
+
+// errorf locates err in an operation on the record of key.
+func (t *table[T, P]) errorf(verb, key string, err error) error {
+	return fmt.Errorf("%s %s %s: %w", verb, t.kind, t.labelOf(key), err)
 }
 
 func nothing() error { return nil }

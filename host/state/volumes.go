@@ -9,10 +9,9 @@ import (
 
 const volumeNameField = 2
 
-var volumeTable = &table[Volume]{
-	kind: "volume", bucket: bucketVolumes,
-	encode: encode[Volume], decode: decode[Volume], check: checkVolume,
-	id:    func(v *Volume) string { return v.ID },
+var volumeTable = &table[Volume, *Volume]{
+	kind: "volume", kinds: "volumes", bucket: bucketVolumes, listing: listVolumes, check: checkVolume,
+	key:   func(v *Volume) string { return v.ID },
 	names: bucketVolumeNames, name: func(v *Volume) string { return v.Name }, nameField: volumeNameField,
 	hidden:  func(v *Volume) bool { return v.Deleting },
 	index:   indexDeleting,
@@ -179,10 +178,6 @@ func (s *Store) DeleteVolumeSoon(id string) error { return volumeTable.delete(s.
 // ListVolumes returns up to max volumes (0: all) in ID order, starting at
 // startToken ("" for the first page), and the token of the next page, ""
 // after the last.
-func (s *Store) ListVolumes(startToken string, max int) (vols []Volume, next string, err error) {
-	next, err = s.page(listVolumes, bucketVolumes, nil, startToken, max, volumeTable.collect(&vols))
-	if err != nil {
-		return nil, "", fmt.Errorf("list volumes: %w", err)
-	}
-	return vols, next, nil
+func (s *Store) ListVolumes(startToken string, max int) ([]Volume, string, error) {
+	return volumeTable.list(s, nil, startToken, max)
 }
