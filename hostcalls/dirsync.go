@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-
-	"golang.org/x/sys/unix"
+	"syscall"
 )
 
 // DirSyncs collects the folders whose entries host calls changed (a
@@ -40,7 +39,8 @@ func (d *DirSyncs) Dirs() []string {
 }
 
 // SyncDir makes a change to the entries of the folder fd (whose path is
-// path) durable: now, with fsync, or, when ctx carries DirSyncs, by
+// path) durable: now, with fsync (syscall's, which also builds for the
+// wasip1 vet of sdk/moduletest, an importer of this package), or, when ctx carries DirSyncs, by
 // recording path for its owner to sync.
 func SyncDir(ctx context.Context, fd int, path string) error {
 	if d, ok := ctx.Value(dirSyncsKey{}).(*DirSyncs); ok && d != nil {
@@ -52,7 +52,7 @@ func SyncDir(ctx context.Context, fd int, path string) error {
 		d.mu.Unlock()
 		return nil
 	}
-	if err := unix.Fsync(fd); err != nil {
+	if err := syscall.Fsync(fd); err != nil {
 		return fmt.Errorf("sync folder %s: %w", path, err)
 	}
 	return nil
