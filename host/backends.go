@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -275,13 +273,6 @@ func (s *Server) Describe() []string {
 		out = append(out, "warning: "+w)
 	}
 	return out
-}
-
-// heldByDevice reports whether another block device (device-mapper, md)
-// holds dev, as sysfs's holders folder shows.
-func heldByDevice(dev string) bool {
-	holders, err := os.ReadDir("/sys/class/block/" + filepath.Base(dev) + "/holders")
-	return err == nil && len(holders) > 0
 }
 
 // checkPublishAgreement warns when a daemon of role all serves backends

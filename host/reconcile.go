@@ -5,16 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/wasmcsi/wasmcsi/host/state"
-	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
-	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
+	"github.com/wasmcsi/wasmcsi/hostcalls/node"
 )
 
 // Start-up reconciliation. After a daemon restart the records and the
@@ -115,39 +112,26 @@ func (s *Server) reconcile(ctx context.Context, clean bool) ([]Finding, error) {
 	for _, m := range s.cfg.Modules {
 		roots = append(roots, m.Roots...)
 	}
-	inRoots := func(p string) bool {
-		return slices.ContainsFunc(roots, func(r string) bool { return p == r || strings.HasPrefix(p, r+string(filepath.Separator)) })
-	}
-	ours := map[string]bool{} // loop devices backed by pool files
-	devs, err := loop.List(ctx)
-	if err != nil {
-		return out, err
-	}
-	out = append(out, readOnlyOrphans(stages, pubs, devs)...)
-	for _, d := range devs {
-		if !inRoots(d.BackingFile) {
-			continue
-		}
-		ours[d.Path] = true
-		if known[d.Path] || heldByDevice(d.Path) {
-			// A device another block device holds (a dm-thin pool over
-			// pool files) belongs to that device's owner, not to a stage.
+	seen, err := s.node.Observe(ctx, roots)
+	out = append(out, readOnlyOrphans(stages, pubs, seen.Loops)...)
+	for _, d := range seen.Loops {
+		// A device another block device holds (a dm-thin pool over pool
+		// files) belongs to that device's owner, not to a stage.
+		if !d.InRoots || known[d.Path] || d.Held {
 			continue
 		}
 		out = append(out, Finding{Kind: "orphan-loop", Path: d.Path, Detail: "backed by " + d.BackingFile + " with no stage record"})
 	}
-	mounts, err := mountinfo.GetMounts(nil)
-	if err != nil {
-		return out, err
-	}
-	pools := findPools(roots, mounts)
 	var orphanMounts []string
-	for _, m := range mounts {
-		if !ours[m.Source] && !pools.holds(m) || known[m.Mountpoint] || inRoots(m.Mountpoint) {
+	for _, m := range seen.Mounts {
+		if known[m.Mountpoint] || node.Within(roots, m.Mountpoint) {
 			continue
 		}
 		out = append(out, Finding{Kind: "orphan-mount", Path: m.Mountpoint, Detail: "mount of " + m.Source + m.Root + " with no record"})
 		orphanMounts = append(orphanMounts, m.Mountpoint)
+	}
+	if err != nil {
+		return out, err
 	}
 	if !clean {
 		return out, nil
@@ -155,13 +139,13 @@ func (s *Server) reconcile(ctx context.Context, clean bool) ([]Finding, error) {
 	// Deepest mounts first, then the devices they held.
 	slices.SortFunc(orphanMounts, func(a, b string) int { return len(b) - len(a) })
 	for _, m := range orphanMounts {
-		if _, err := mount.Unmount(ctx, m); err != nil {
+		if err := s.node.Unmount(ctx, m); err != nil {
 			s.log.Warn("reconcile: unmount", "path", m, "err", err)
 		}
 	}
 	for _, f := range out {
 		if f.Kind == "orphan-loop" {
-			if err := loop.Detach(ctx, f.Path); err != nil {
+			if err := s.node.Detach(ctx, f.Path); err != nil {
 				s.log.Warn("reconcile: detach", "device", f.Path, "err", err)
 			}
 		}
@@ -244,61 +228,13 @@ func (s *Server) stageRemains(ctx context.Context, rec *state.Stage) bool {
 	return !loaded || s.stagedDevice(ctx, b, rec)
 }
 
-// poolPlace is where a pool root lies: its filesystem's device number and
-// its path inside that filesystem. A bind mount names its source only that
-// way (mountinfo's root field is relative to the source's filesystem), so
-// a pool on a filesystem of its own, such as a tmpfs, matches no absolute
-// root path.
-type poolPlace struct {
-	major, minor int
-	rel          string
-}
-
-type poolPlaces []poolPlace
-
-func findPools(roots []string, mounts []*mountinfo.Info) poolPlaces {
-	var out poolPlaces
-	for _, r := range roots {
-		real, err := filepath.EvalSymlinks(r)
-		if err != nil || !filepath.IsAbs(real) {
-			continue
-		}
-		var on *mountinfo.Info // the topmost mount holding real
-		for _, m := range mounts {
-			if real == m.Mountpoint || m.Mountpoint == "/" || strings.HasPrefix(real, m.Mountpoint+"/") {
-				if on == nil || len(m.Mountpoint) >= len(on.Mountpoint) {
-					on = m
-				}
-			}
-		}
-		if on != nil {
-			out = append(out, poolPlace{on.Major, on.Minor, filepath.Join(on.Root, strings.TrimPrefix(real, on.Mountpoint))})
-		}
-	}
-	return out
-}
-
-// holds reports whether m mounts a folder or file inside a pool (a whole
-// filesystem, root "/", is never one of the host's binds).
-func (ps poolPlaces) holds(m *mountinfo.Info) bool {
-	if m.Root == "/" {
-		return false
-	}
-	for _, p := range ps {
-		if m.Major == p.major && m.Minor == p.minor && (p.rel == "/" || m.Root == p.rel || strings.HasPrefix(m.Root, p.rel+"/")) {
-			return true
-		}
-	}
-	return false
-}
-
 // readOnlyOrphans finds read-only loop devices over staged devices that no
 // read-only block publication of the volume explains. Such a device is the
 // host's own (NodePublish makes one for each read-only block volume, see
-// nodeSteps.readOnlyDevice); its backing is a device node, never a pool
+// node.Node.ReadOnlyDevice); its backing is a device node, never a pool
 // file, so the pool check does not see it. A crash between its attach and
 // its record's sync leaves one.
-func readOnlyOrphans(stages []state.Stage, pubs []state.Publish, devs []loop.Device) []Finding {
+func readOnlyOrphans(stages []state.Stage, pubs []state.Publish, devs []node.Loop) []Finding {
 	readOnly := map[string]bool{} // volumes with a read-only block publication
 	for _, p := range pubs {
 		if p.Block && p.ReadOnly {

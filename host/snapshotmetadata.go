@@ -3,9 +3,7 @@ package host
 import (
 	"context"
 	"errors"
-	"path/filepath"
-	"slices"
-	"strings"
+	"fmt"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -13,9 +11,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/host/state"
-	"github.com/wasmcsi/wasmcsi/hostcalls"
-	"github.com/wasmcsi/wasmcsi/hostcalls/dm"
-	"github.com/wasmcsi/wasmcsi/hostcalls/filepool"
+	"github.com/wasmcsi/wasmcsi/hostcalls/node"
 )
 
 // The SnapshotMetadata service. A backend's snapshot_data says where a
@@ -34,17 +30,16 @@ const defaultMaxResults = 256
 type snapshotSource struct {
 	size int64
 	// A file of a pool, read in blocks of blockSize.
-	pool      *filepool.Pool
-	name      string
+	file      *node.SnapshotFile
 	blockSize int64
 	// A thin device of a pool; ranges come in the pool's blocks.
-	thin   *dm.Pool
+	thin   *node.ThinPool
 	thinID uint32
 }
 
 func (src *snapshotSource) close() {
-	if src.pool != nil {
-		src.pool.Close()
+	if src.file != nil {
+		src.file.Close()
 	}
 }
 
@@ -71,17 +66,14 @@ func (s *Server) snapshotSource(ctx context.Context, id string) (*snapshotSource
 		size = sn.SizeBytes
 	}
 	if resp.ThinPool != "" {
-		pool, err := s.thinPool(ctx, b, resp.ThinPool)
+		g := b.mod.Grant()
+		pool, err := s.node.ThinPool(ctx, fmt.Sprintf("backend %q", b.name), g.HostCalls, g.Roots, resp.ThinPool)
 		if err != nil {
 			return nil, err
 		}
 		return &snapshotSource{size: size, thin: pool, thinID: resp.ThinID}, nil
 	}
-	path, err := hostcalls.Confine(b.mod.Grant().Roots, resp.Path, false)
-	if err != nil {
-		return nil, errf(codes.Internal, "backend %q named snapshot data %q outside its roots", b.name, resp.Path)
-	}
-	pool, err := filepool.Open(filepath.Dir(path))
+	file, err := s.node.OpenSnapshotFile(fmt.Sprintf("backend %q", b.name), b.mod.Grant().Roots, resp.Path)
 	if err != nil {
 		return nil, err
 	}
@@ -89,32 +81,7 @@ func (s *Server) snapshotSource(ctx context.Context, id string) (*snapshotSource
 	if bs <= 0 {
 		bs = 4096
 	}
-	return &snapshotSource{size: size, pool: pool, name: filepath.Base(path), blockSize: bs}, nil
-}
-
-// thinPool opens the thin pool a backend named, under the device-mapper
-// name prefixes of its dm grant: a backend without that grant cannot have
-// made thin devices, and one with it reaches only its own pools.
-func (s *Server) thinPool(ctx context.Context, b *backend, name string) (*dm.Pool, error) {
-	g := b.mod.Grant()
-	var prefixes []string
-	for _, r := range g.Roots {
-		if !strings.HasPrefix(r, "/") {
-			prefixes = append(prefixes, r)
-		}
-	}
-	if !slices.Contains(g.HostCalls, dm.Family) || len(prefixes) == 0 {
-		return nil, errf(codes.Internal, "backend %q named thin pool %q without a dm grant", b.name, name)
-	}
-	m, err := dm.New(prefixes...)
-	if err != nil {
-		return nil, err
-	}
-	pool, err := m.AttachPool(ctx, name)
-	if abi.CodeOf(err) == abi.PermissionDenied || abi.CodeOf(err) == abi.InvalidArgument {
-		return nil, errf(codes.Internal, "backend %q named thin pool %q outside its grants: %v", b.name, name, err)
-	}
-	return pool, err
+	return &snapshotSource{size: size, file: file, blockSize: bs}, nil
 }
 
 // rangeSender batches ranges into messages of at most max entries and
@@ -147,12 +114,11 @@ func (r *rangeSender) finish() error {
 	return nil
 }
 
-// thinRanges streams a thin device's block ranges (from list) as byte
-// ranges from off on, cut at the volume's size.
-func thinRanges(ctx context.Context, pool *dm.Pool, off, size int64, out *rangeSender, list func(emit func(dm.BlockRange) error) error) error {
-	bs := int64(pool.BlockSectors * dm.SectorSize)
-	err := list(func(r dm.BlockRange) error {
-		start, end := int64(r.Begin)*bs, min(int64(r.End())*bs, size)
+// thinRanges streams a thin device's block ranges (from list, in bytes)
+// from off on, cut at the volume's size.
+func thinRanges(off, size int64, out *rangeSender, list func(emit func(start, end int64) error) error) error {
+	err := list(func(start, end int64) error {
+		end = min(end, size)
 		start = max(start, off)
 		if start >= end {
 			return nil
@@ -172,7 +138,7 @@ func batch(max int32) int {
 	return int(max)
 }
 
-func toBlockMetadata(rs []filepool.Range) []*csi.BlockMetadata {
+func toBlockMetadata(rs []node.Range) []*csi.BlockMetadata {
 	out := make([]*csi.BlockMetadata, 0, len(rs))
 	for _, r := range rs {
 		out = append(out, &csi.BlockMetadata{ByteOffset: r.Offset, SizeBytes: r.Length})
@@ -194,7 +160,7 @@ func (s *Server) GetMetadataAllocated(req *csi.GetMetadataAllocatedRequest, stre
 		return err
 	}
 	defer src.close()
-	pool, name, size := src.pool, src.name, src.size
+	size := src.size
 	off := req.GetStartingOffset()
 	if off < 0 || off > size {
 		return errf(codes.OutOfRange, "starting_offset %d outside the volume's %d bytes", off, size)
@@ -205,12 +171,12 @@ func (s *Server) GetMetadataAllocated(req *csi.GetMetadataAllocatedRequest, stre
 				BlockMetadataType: csi.BlockMetadataType_VARIABLE_LENGTH, VolumeCapacityBytes: size, BlockMetadata: bm,
 			})
 		}}
-		return thinRanges(ctx, src.thin, off, size, out, func(emit func(dm.BlockRange) error) error {
-			return src.thin.MappedBlocks(ctx, src.thinID, emit)
+		return thinRanges(off, size, out, func(emit func(start, end int64) error) error {
+			return src.thin.Mapped(ctx, src.thinID, emit)
 		})
 	}
 	for {
-		rs, next, err := pool.AllocatedRanges(ctx, name, off, batch(req.GetMaxResults()))
+		rs, next, err := src.file.Allocated(ctx, off, batch(req.GetMaxResults()))
 		if err != nil {
 			return err
 		}
@@ -279,8 +245,8 @@ func (s *Server) GetMetadataDelta(req *csi.GetMetadataDeltaRequest, stream csi.S
 	size := targetSrc.size
 	off := req.GetStartingOffset()
 	if (baseSrc.thin != nil) != (targetSrc.thin != nil) ||
-		(baseSrc.thin != nil && baseSrc.thin.Name != targetSrc.thin.Name) ||
-		(baseSrc.pool != nil && baseSrc.pool.Root() != targetSrc.pool.Root()) {
+		(baseSrc.thin != nil && baseSrc.thin.Name() != targetSrc.thin.Name()) ||
+		(baseSrc.file != nil && baseSrc.file.Pool() != targetSrc.file.Pool()) {
 		return errf(codes.InvalidArgument, "snapshots %q and %q are not in one pool", req.GetBaseSnapshotId(), req.GetTargetSnapshotId())
 	}
 	if off < 0 || off > size {
@@ -288,21 +254,21 @@ func (s *Server) GetMetadataDelta(req *csi.GetMetadataDeltaRequest, stream csi.S
 	}
 	if targetSrc.thin != nil {
 		pool := targetSrc.thin
-		off -= off % int64(pool.BlockSectors*dm.SectorSize)
+		off -= off % pool.BlockBytes()
 		out := &rangeSender{max: batch(req.GetMaxResults()), send: func(bm []*csi.BlockMetadata) error {
 			return stream.Send(&csi.GetMetadataDeltaResponse{
 				BlockMetadataType: csi.BlockMetadataType_VARIABLE_LENGTH, VolumeCapacityBytes: size, BlockMetadata: bm,
 			})
 		}}
-		return thinRanges(ctx, pool, off, size, out, func(emit func(dm.BlockRange) error) error {
-			return pool.ChangedBlocks(ctx, baseSrc.thinID, targetSrc.thinID, emit)
+		return thinRanges(off, size, out, func(emit func(start, end int64) error) error {
+			return pool.Changed(ctx, baseSrc.thinID, targetSrc.thinID, emit)
 		})
 	}
-	baseName, target, targetName, bs := baseSrc.name, targetSrc.pool, targetSrc.name, targetSrc.blockSize
+	bs := targetSrc.blockSize
 	off -= off % bs
 	first := true
 	for {
-		rs, next, err := target.ChangedRanges(ctx, baseName, targetName, off, batch(req.GetMaxResults()), bs)
+		rs, next, err := targetSrc.file.ChangedSince(ctx, baseSrc.file, off, batch(req.GetMaxResults()), bs)
 		if err != nil {
 			var ae *abi.Error
 			if errors.As(err, &ae) {

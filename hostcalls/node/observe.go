@@ -1,0 +1,137 @@
+package node
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/moby/sys/mountinfo"
+
+	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
+)
+
+// What start-up reconciliation sees of the node: the loop devices and the
+// mounts the host's modules may have made. The host compares them with its
+// records and decides what is an orphan.
+
+// Loop is a bound loop device as reconciliation sees it.
+type Loop struct {
+	loop.Device
+	// InRoots: its backing file lies inside the roots observed, so a
+	// module made it.
+	InRoots bool
+	// Held: another block device holds it (a dm-thin pool over pool
+	// files), whose owner it belongs to.
+	Held bool
+}
+
+// Mount is a mount of something a module made.
+type Mount struct {
+	Mountpoint string
+	// Source is the mounted device and Root the folder of its filesystem
+	// that is mounted ("/" for the whole filesystem).
+	Source, Root string
+}
+
+// Observation is every bound loop device, and the mounts of a loop device
+// backed by a file in the roots or of a folder or file inside the roots.
+type Observation struct {
+	Loops  []Loop
+	Mounts []Mount
+}
+
+// Within reports whether the clean path p is one of roots or lies inside
+// one.
+func Within(roots []string, p string) bool {
+	return slices.ContainsFunc(roots, func(r string) bool { return p == r || strings.HasPrefix(p, r+string(filepath.Separator)) })
+}
+
+// Observe lists the node's loop devices and the mounts of what modules
+// with these roots made. On an error it returns what it saw so far.
+func (n *Node) Observe(ctx context.Context, roots []string) (Observation, error) {
+	var o Observation
+	devs, err := loop.List(ctx)
+	if err != nil {
+		return o, err
+	}
+	ours := map[string]bool{} // loop devices backed by pool files
+	for _, d := range devs {
+		l := Loop{Device: d, InRoots: Within(roots, d.BackingFile)}
+		if l.InRoots {
+			ours[d.Path] = true
+			l.Held = heldByDevice(d.Path)
+		}
+		o.Loops = append(o.Loops, l)
+	}
+	mounts, err := mountinfo.GetMounts(nil)
+	if err != nil {
+		return o, err
+	}
+	pools := findPools(roots, mounts)
+	for _, m := range mounts {
+		if ours[m.Source] || pools.holds(m) {
+			o.Mounts = append(o.Mounts, Mount{Mountpoint: m.Mountpoint, Source: m.Source, Root: m.Root})
+		}
+	}
+	return o, nil
+}
+
+// Detach detaches a loop device.
+func (n *Node) Detach(ctx context.Context, dev string) error { return loop.Detach(ctx, dev) }
+
+// heldByDevice reports whether another block device (device-mapper, md)
+// holds dev, as sysfs's holders folder shows.
+func heldByDevice(dev string) bool {
+	holders, err := os.ReadDir("/sys/class/block/" + filepath.Base(dev) + "/holders")
+	return err == nil && len(holders) > 0
+}
+
+// poolPlace is where a pool root lies: its filesystem's device number and
+// its path inside that filesystem. A bind mount names its source only that
+// way (mountinfo's root field is relative to the source's filesystem), so
+// a pool on a filesystem of its own, such as a tmpfs, matches no absolute
+// root path.
+type poolPlace struct {
+	major, minor int
+	rel          string
+}
+
+type poolPlaces []poolPlace
+
+func findPools(roots []string, mounts []*mountinfo.Info) poolPlaces {
+	var out poolPlaces
+	for _, r := range roots {
+		real, err := filepath.EvalSymlinks(r)
+		if err != nil || !filepath.IsAbs(real) {
+			continue
+		}
+		var on *mountinfo.Info // the topmost mount holding real
+		for _, m := range mounts {
+			if real == m.Mountpoint || m.Mountpoint == "/" || strings.HasPrefix(real, m.Mountpoint+"/") {
+				if on == nil || len(m.Mountpoint) >= len(on.Mountpoint) {
+					on = m
+				}
+			}
+		}
+		if on != nil {
+			out = append(out, poolPlace{on.Major, on.Minor, filepath.Join(on.Root, strings.TrimPrefix(real, on.Mountpoint))})
+		}
+	}
+	return out
+}
+
+// holds reports whether m mounts a folder or file inside a pool (a whole
+// filesystem, root "/", is never one of the host's binds).
+func (ps poolPlaces) holds(m *mountinfo.Info) bool {
+	if m.Root == "/" {
+		return false
+	}
+	for _, p := range ps {
+		if m.Major == p.major && m.Minor == p.minor && (p.rel == "/" || m.Root == p.rel || strings.HasPrefix(m.Root, p.rel+"/")) {
+			return true
+		}
+	}
+	return false
+}
