@@ -14,15 +14,15 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/wasmcsi/wasmcsi/abi"
-	"github.com/wasmcsi/wasmcsi/host/quiesce"
 	"github.com/wasmcsi/wasmcsi/host/state"
+	"github.com/wasmcsi/wasmcsi/hostcalls/node/quiesce"
 )
 
 // Group snapshots are write-order consistent, as the spec demands: the
 // host pauses the writes of every member in use on this node (a filesystem
 // freeze, or a device-mapper suspend), cuts every member's snapshot with its
 // backend's create_snapshot, and resumes the writes, within a bounded time
-// and with the resume guaranteed on every path (host/quiesce). A member
+// and with the resume guaranteed on every path (hostcalls/node/quiesce). A member
 // whose writes cannot be paused makes the group FAILED_PRECONDITION before
 // anything is paused. RATIONALE.md, "Group snapshots", says why and what
 // each backend gets.

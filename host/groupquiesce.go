@@ -9,10 +9,8 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/host/config"
-	"github.com/wasmcsi/wasmcsi/host/quiesce"
 	"github.com/wasmcsi/wasmcsi/host/state"
-	"github.com/wasmcsi/wasmcsi/hostcalls/dm"
-	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
+	"github.com/wasmcsi/wasmcsi/hostcalls/node/quiesce"
 )
 
 // quiesceTargets decides, member by member, what pauses the writes of a
@@ -63,20 +61,9 @@ func (s *Server) memberTarget(ctx context.Context, v *state.Volume) (*quiesce.Ta
 		return nil, err
 	}
 	if present && rec.Device != "" {
-		name, mapped, err := dm.DeviceName(rec.Device)
-		if err != nil {
-			return nil, err
-		}
-		if mapped {
-			// Suspending flushes the device and freezes a filesystem on it.
-			return &quiesce.Target{Kind: quiesce.Mapped, Name: name, Volume: v.ID}, nil
-		}
-		if !rec.Block {
-			dev, err := fs.DeviceOf(rec.StagingPath)
-			if err != nil {
-				return nil, err
-			}
-			return &quiesce.Target{Kind: quiesce.Filesystem, Path: rec.StagingPath, Dev: dev, Volume: v.ID}, nil
+		t, err := s.node.WritePause(rec.Device, rec.StagingPath, rec.Block, v.ID)
+		if err != nil || t != nil {
+			return t, err
 		}
 	}
 	// What is left cannot be paused: a directory (freezing its filesystem

@@ -4,12 +4,12 @@ import (
 	"os"
 	"testing"
 
-	"github.com/wasmcsi/wasmcsi/host/quiesce"
+	"github.com/wasmcsi/wasmcsi/hostcalls/node/quiesce"
 )
 
 func TestMain(m *testing.M) {
 	// The daemon under test starts quiesce guardians by running this
-	// binary again (host/quiesce).
+	// binary again (hostcalls/node/quiesce).
 	quiesce.Main()
 	os.Exit(m.Run())
 }

@@ -28,11 +28,11 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/host/config"
 	"github.com/wasmcsi/wasmcsi/host/keylock"
-	"github.com/wasmcsi/wasmcsi/host/quiesce"
 	"github.com/wasmcsi/wasmcsi/host/state"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
 	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
 	"github.com/wasmcsi/wasmcsi/hostcalls/node"
+	"github.com/wasmcsi/wasmcsi/hostcalls/node/quiesce"
 	"github.com/wasmcsi/wasmcsi/modules"
 )
 

@@ -28,7 +28,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/host"
 	"github.com/wasmcsi/wasmcsi/host/config"
-	"github.com/wasmcsi/wasmcsi/host/quiesce"
+	"github.com/wasmcsi/wasmcsi/hostcalls/node/quiesce"
 )
 
 func main() {

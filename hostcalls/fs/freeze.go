@@ -14,7 +14,7 @@ import (
 // every later writer until FITHAW. The host freezes the members of a group
 // snapshot while they are cut, so that each member's device holds the same
 // point of the write stream. A filesystem stays frozen when whoever froze
-// it dies: callers must guarantee the thaw (host/quiesce does).
+// it dies: callers must guarantee the thaw (hostcalls/node/quiesce does).
 
 // The ioctls, _IOWR('X', 119, int) and _IOWR('X', 120, int); golang.org/x/sys
 // does not define them.
