@@ -165,3 +165,65 @@ func identity(path string) (dev, ino uint64, err error) {
 	}
 	return uint64(st.Dev), uint64(st.Ino), nil
 }
+
+// WithVolume runs fn on the open pool of the granted pool folder that
+// holds path, with the volume's name there, checked by valid. what names
+// the volume for errors ("file", "directory").
+func WithVolume[P, R any](c *Pools[P], env *Env, path, what string, valid func(string) error, fn func(p P, name string) (*R, error)) (*R, error) {
+	root, name, err := PoolPath(env, path, what)
+	if err == nil {
+		err = valid(name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	p, release, err := c.Acquire(root)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	resp, err := fn(p, name)
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// WithPair is WithVolume for a copy within one pool: source and target
+// lie directly in the same granted pool folder. op names the call for
+// errors ("copy", "clone").
+func WithPair[P any](c *Pools[P], env *Env, source, target, what, op string, valid func(string) error, fn func(p P, src, dst string) error) error {
+	root, src, dst, err := PoolPair(env, source, target, what)
+	for _, name := range []string{src, dst} {
+		if err == nil {
+			err = valid(name)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s to %s: %w", op, source, target, err)
+	}
+	p, release, err := c.Acquire(root)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return fn(p, src, dst)
+}
+
+// WithRoot runs fn on the open pool of path, which must be one of the
+// granted pool folders itself. op names the call for errors.
+func WithRoot[P, R any](c *Pools[P], env *Env, path, op string, fn func(p P) (*R, error)) (*R, error) {
+	root, err := Confine(env.Roots, path, true)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", op, path, err)
+	}
+	if !IsRoot(env, root) {
+		return nil, fmt.Errorf("%s %s: %w", op, path, abi.Errorf(abi.InvalidArgument, "not a granted pool folder"))
+	}
+	p, release, err := c.Acquire(root)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return fn(p)
+}

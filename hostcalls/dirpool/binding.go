@@ -46,21 +46,10 @@ func removeCall(ctx context.Context, env *hostcalls.Env, req *abi.DirRequest) (*
 }
 
 func copyCall(ctx context.Context, env *hostcalls.Env, req *abi.DirCopyRequest) (*abi.Empty, error) {
-	root, src, dst, err := hostcalls.PoolPair(env, req.Source, req.Target, "directory")
+	err := hostcalls.WithPair(pools, env, req.Source, req.Target, "directory", "copy", ValidName, func(p *Pool, src, dst string) error {
+		return p.Copy(ctx, src, dst)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("copy %s to %s: %w", req.Source, req.Target, err)
-	}
-	for _, name := range []string{src, dst} {
-		if err := ValidName(name); err != nil {
-			return nil, fmt.Errorf("copy %s to %s: %w", req.Source, req.Target, err)
-		}
-	}
-	p, release, err := pools.Acquire(root)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	if err := p.Copy(ctx, src, dst); err != nil {
 		return nil, err
 	}
 	return &abi.Empty{}, nil
@@ -115,19 +104,9 @@ func setQuotaCall(ctx context.Context, env *hostcalls.Env, req *abi.DirQuotaRequ
 }
 
 func quotaSupportedCall(ctx context.Context, env *hostcalls.Env, req *abi.DirRequest) (*abi.DirQuotaSupport, error) {
-	root, err := hostcalls.Confine(env.Roots, req.Path, true)
-	if err != nil {
-		return nil, fmt.Errorf("quota support of %s: %w", req.Path, err)
-	}
-	if !hostcalls.IsRoot(env, root) {
-		return nil, fmt.Errorf("quota support of %s: %w", req.Path, abi.Errorf(abi.InvalidArgument, "not a granted pool folder"))
-	}
-	p, release, err := pools.Acquire(root)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	return &abi.DirQuotaSupport{Supported: p.QuotaSupported(), Reason: p.noQuota}, nil
+	return hostcalls.WithRoot(pools, env, req.Path, "quota support of", func(p *Pool) (*abi.DirQuotaSupport, error) {
+		return &abi.DirQuotaSupport{Supported: p.QuotaSupported(), Reason: p.noQuota}, nil
+	})
 }
 
 func existsCall(ctx context.Context, env *hostcalls.Env, req *abi.DirRequest) (*abi.DirExists, error) {
@@ -139,29 +118,5 @@ func existsCall(ctx context.Context, env *hostcalls.Env, req *abi.DirRequest) (*
 // withDir acquires the pool that holds path and runs fn with the directory's
 // name.
 func withDir[R any](env *hostcalls.Env, path string, fn func(p *Pool, name string) (*R, error)) (*R, error) {
-	root, name, err := split(env, path)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	p, release, err := pools.Acquire(root)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	resp, err := fn(p, name)
-	if err != nil {
-		return nil, err
-	}
-	return resp, nil
-}
-
-// split confines path to a granted pool folder and checks the directory's name.
-func split(env *hostcalls.Env, path string) (root, name string, err error) {
-	if root, name, err = hostcalls.PoolPath(env, path, "directory"); err != nil {
-		return "", "", err
-	}
-	if err := ValidName(name); err != nil {
-		return "", "", err
-	}
-	return root, name, nil
+	return hostcalls.WithVolume(pools, env, path, "directory", ValidName, fn)
 }

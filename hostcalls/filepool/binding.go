@@ -66,21 +66,10 @@ func removeCall(ctx context.Context, env *hostcalls.Env, req *abi.FileRequest) (
 }
 
 func cloneCall(ctx context.Context, env *hostcalls.Env, req *abi.FileCloneRequest) (*abi.Empty, error) {
-	root, src, dst, err := hostcalls.PoolPair(env, req.Source, req.Target, "file")
+	err := hostcalls.WithPair(pools, env, req.Source, req.Target, "file", "clone", checkName, func(p *Pool, src, dst string) error {
+		return p.Clone(ctx, src, dst)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("clone %s to %s: %w", req.Source, req.Target, err)
-	}
-	for _, name := range []string{src, dst} {
-		if err := checkName(name); err != nil {
-			return nil, fmt.Errorf("clone %s to %s: %w", req.Source, req.Target, err)
-		}
-	}
-	p, release, err := pools.Acquire(root)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	if err := p.Clone(ctx, src, dst); err != nil {
 		return nil, err
 	}
 	return &abi.Empty{}, nil
@@ -97,53 +86,19 @@ func statCall(ctx context.Context, env *hostcalls.Env, req *abi.FileRequest) (*a
 }
 
 func statfsCall(ctx context.Context, env *hostcalls.Env, req *abi.FileRequest) (*abi.FileStatfs, error) {
-	root, err := hostcalls.Confine(env.Roots, req.Path, true)
-	if err != nil {
-		return nil, fmt.Errorf("statfs %s: %w", req.Path, err)
-	}
-	if !hostcalls.IsRoot(env, root) {
-		return nil, fmt.Errorf("statfs %s: %w", req.Path, abi.Errorf(abi.InvalidArgument, "not a granted pool folder"))
-	}
-	p, release, err := pools.Acquire(root)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	u, err := p.Statfs(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &abi.FileStatfs{
-		TotalBytes: u.TotalBytes, AvailableBytes: u.AvailableBytes, UsedBytes: u.UsedBytes,
-		TotalInodes: u.TotalInodes, FreeInodes: u.FreeInodes, UsedInodes: u.UsedInodes,
-	}, nil
+	return hostcalls.WithRoot(pools, env, req.Path, "statfs", func(p *Pool) (*abi.FileStatfs, error) {
+		u, err := p.Statfs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &abi.FileStatfs{
+			TotalBytes: u.TotalBytes, AvailableBytes: u.AvailableBytes, UsedBytes: u.UsedBytes,
+			TotalInodes: u.TotalInodes, FreeInodes: u.FreeInodes, UsedInodes: u.UsedInodes,
+		}, nil
+	})
 }
 
 // withFile acquires the pool that holds path and runs fn with the file's name.
 func withFile[R any](env *hostcalls.Env, path string, fn func(p *Pool, name string) (*R, error)) (*R, error) {
-	root, name, err := split(env, path)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	p, release, err := pools.Acquire(root)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	resp, err := fn(p, name)
-	if err != nil {
-		return nil, err
-	}
-	return resp, nil
-}
-
-// split confines path to a granted pool folder and checks the file's name.
-func split(env *hostcalls.Env, path string) (root, name string, err error) {
-	if root, name, err = hostcalls.PoolPath(env, path, "file"); err != nil {
-		return "", "", err
-	}
-	if err := checkName(name); err != nil {
-		return "", "", err
-	}
-	return root, name, nil
+	return hostcalls.WithVolume(pools, env, path, "file", checkName, fn)
 }
