@@ -1,6 +1,7 @@
 // Package catalog is the list of every host call the daemon offers to
-// modules. Adding a family to the daemon means adding its Bindings here;
-// nothing else in the host names host calls.
+// modules. Adding a family to the daemon means adding its Bindings here
+// (and, for a family that makes block devices, its DeviceOwner to
+// DeviceOwners); nothing else in the host names host calls.
 package catalog
 
 import (
