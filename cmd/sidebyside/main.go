@@ -3,8 +3,10 @@
 // from elsewhere on the machine falls on both alike: Create+Delete pairs per
 // second with one client and with several, Publish+Unpublish pairs per
 // second of one staged volume, and the floor under publishing — mkdir, bind
-// mount, unmount, rmdir of a folder — measured in the same rounds. It prints
-// each round's numbers, their medians and the ratios with their range.
+// mount, unmount, rmdir of a folder — measured in the same rounds; and
+// wasmcsi's NodeStage+NodeUnstage of a loopfile volume (ext4 and block)
+// against its kernel floor (stage.go). It prints each round's numbers, their
+// medians and the ratios with their range.
 //
 // It is a module of its own so that the daemon's go.mod carries neither the
 // reference driver nor anything only this command needs. The reference is
@@ -184,6 +186,14 @@ func run(ctx context.Context, cfg config) (err error) {
 			return fmt.Errorf("floor: round %d: %w", r+1, err)
 		}
 		add("Publish+Unpublish", "floor", v)
+		for _, k := range stageCycleKinds {
+			w, f, err := stageCycle(ctx, wasm, floorDir, k, cfg.dur)
+			if err != nil {
+				return fmt.Errorf("%s: round %d: %w", k.name, r+1, err)
+			}
+			add(k.name, "wasmcsi", w)
+			add(k.name, "floor", f)
+		}
 	}
 
 	fmt.Printf("\npairs per second, %d rounds of %v per driver and metric, interleaved; load average now %s\n", cfg.rounds, cfg.dur, loadavg())
@@ -197,6 +207,14 @@ func run(ctx context.Context, cfg config) (err error) {
 				continue
 			}
 			fmt.Printf("%-28s %-9s %s  %8.0f\n", m, d, roundCells(vs, "%8.0f"), median(vs))
+		}
+	}
+	fmt.Printf("\nloopfile volume of %d MiB, microseconds per cycle (median of the round's cycles), wasmcsi and floor alternating cycle by cycle\n", stageVolumeBytes>>20)
+	fmt.Printf("%-28s %-9s %s  %8s\n", "metric", "driver", roundHeader(cfg.rounds), "median")
+	for _, k := range stageCycleKinds {
+		for _, d := range []string{"wasmcsi", "floor"} {
+			vs := res[k.name][d]
+			fmt.Printf("%-28s %-9s %s  %8.0f\n", k.name, d, roundCells(vs, "%8.0f"), median(vs))
 		}
 	}
 	fmt.Println()
@@ -218,6 +236,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	// Cost relative to the floor: how many times the floor's time one
 	// wasmcsi pair takes.
 	ratio(metrics[2], "floor/wasmcsi (time)", res[metrics[2]]["floor"], res[metrics[2]]["wasmcsi"], "<= 10x")
+	for _, k := range stageCycleKinds {
+		ratio(k.name, "wasmcsi/floor (time)", res[k.name]["wasmcsi"], res[k.name]["floor"], "<= 1.5x")
+	}
 	return nil
 }
 

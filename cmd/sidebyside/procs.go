@@ -144,7 +144,8 @@ func startHostpath(ctx context.Context, bin, work string) (*driver, *exec.Cmd, e
 }
 
 // teardown stops the plugins, unmounts whatever is mounted below the work
-// folder (deepest first) and removes it — never through a mount.
+// folder (deepest first), detaches the loop devices of its files and
+// removes it — never through a mount.
 func teardown(work string, procs []*exec.Cmd) error {
 	for _, p := range procs {
 		if p.Process == nil {
@@ -174,6 +175,10 @@ func teardown(work string, procs []*exec.Cmd) error {
 	}
 	if left := mountsUnder(work); len(left) > 0 {
 		return errors.Join(append(errs, fmt.Errorf("teardown left mounts under %s: %v", work, left))...)
+	}
+	// Loop devices of volumes or floor images an interrupt left attached.
+	if err := detachLoops(work); err != nil {
+		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(work); err != nil {
 		errs = append(errs, err)
