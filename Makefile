@@ -19,7 +19,14 @@ LDFLAGS  := -s -w -X github.com/wasmcsi/wasmcsi/host.Version=$(VERSION)
 EXAMPLES := $(patsubst examples/%/,%,$(sort $(dir $(wildcard examples/*/*.go))))
 MODULES  := $(EXAMPLES:%=$(BIN)/modules/%.wasm)
 TGMODULES:= $(EXAMPLES:%=$(BIN)/modules/%.tinygo.wasm)
-GOSRC    := $(shell find abi sdk hostcalls host modules cmd examples -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod go.sum
+GOSRC    := $(shell find abi sdk hostcalls host modules cmd examples -name '*.go' -not -name '*_test.go' 2>/dev/null) go.mod go.sum abi/go.mod sdk/go.mod
+# The repository's Go modules, each tested, vetted and linted in its own
+# folder as its users build it: the daemon (.); abi and sdk, all a backend
+# module's build requires; sdk/moduletest, which runs a module in the
+# daemon's runtime for tests; cmd/sidebyside, the side-by-side benchmark.
+# No go.work: a local one would change what ./... means, so make ignores it.
+GOMODS   := . abi sdk sdk/moduletest cmd/sidebyside
+export GOWORK := off
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s
 SCALE_COUNT ?= 1
@@ -52,8 +59,9 @@ run: build
 	$(BIN)/wasmcsi serve
 
 test:
-	$(GO) test -count=1 -timeout 30m ./...
-	cd cmd/sidebyside && $(GO) test -count=1 ./...
+	@failed=; for m in $(GOMODS); do \
+		echo "== $$m"; (cd $$m && $(GO) test -count=1 -timeout 30m ./...) || failed="$$failed $$m"; \
+	done; if [ -n "$$failed" ]; then echo "FAIL in modules:$$failed"; exit 1; fi
 
 # csi-sanity as its own binary (csi-test, pinned) against bin/wasmcsi serve
 # with the embedded configuration, in a temporary folder of its own.
@@ -85,7 +93,8 @@ test-k8s:
 	GO=$(GO) bash .ci/k8s/test.sh
 
 bench:
-	$(GO) test -run '^$$' -bench . -skip AtScale -benchtime $(BENCHTIME) -count 1 ./modules/ ./host/ ./hostcalls/... ./abi/... ./examples/...
+	$(GO) test -run '^$$' -bench . -skip AtScale -benchtime $(BENCHTIME) -count 1 ./modules/ ./host/ ./hostcalls/... ./examples/...
+	cd abi && $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./...
 
 # Each run creates 10,000 volumes twice (about a minute) before it times
 # anything, so make bench leaves these out. SCALE_COUNT runs repeat it.
@@ -101,10 +110,11 @@ bench-sidebyside: build
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	GOOS=wasip1 GOARCH=wasm $(GO) vet ./abi/... ./sdk/... ./examples/...
-	$(GO) run $(STATICCHECK) ./...
-	cd cmd/sidebyside && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	@set -e; for m in $(GOMODS); do echo "== $$m"; (cd $$m && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...); done
+	@# What guests compile: the abi and sdk modules and the examples, as wasip1.
+	cd abi && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
+	cd sdk && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
+	GOOS=wasip1 GOARCH=wasm $(GO) vet ./examples/...
 
 tinygo:
 	@.ci/tinygo.sh

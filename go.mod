@@ -21,6 +21,9 @@ require (
 	github.com/tetratelabs/wazero v1.12.0
 	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5
+	github.com/wasmcsi/wasmcsi/abi v0.0.0-00010101000000-000000000000
+	github.com/wasmcsi/wasmcsi/sdk v0.0.0-00010101000000-000000000000
+	github.com/wasmcsi/wasmcsi/sdk/moduletest v0.0.0-00010101000000-000000000000
 	go.etcd.io/bbolt v1.5.0
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/sys v0.49.0
@@ -53,4 +56,12 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
+)
+
+// abi, sdk and sdk/moduletest are modules of their own (what a backend
+// module's author requires); the daemon builds against this checkout's copy.
+replace (
+	github.com/wasmcsi/wasmcsi/abi => ./abi
+	github.com/wasmcsi/wasmcsi/sdk => ./sdk
+	github.com/wasmcsi/wasmcsi/sdk/moduletest => ./sdk/moduletest
 )

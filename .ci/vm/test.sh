@@ -50,7 +50,12 @@ for pkg in "${PKGS[@]}"; do
   [ -n "$name" ] && [ "$name" != . ] || name=root
   mkdir -p "$STAGE/pkgs/$name"
   log "building $pkg"
-  CGO_ENABLED=0 go test -c -o "$STAGE/pkgs/$name/$name.test" "$pkg" || die "go test -c $pkg failed"
+  # Built in its own module's folder (the nearest go.mod above it): the
+  # repository holds several modules (see the Makefile's GOMODS).
+  mod=$pkg
+  while [ ! -f "$mod/go.mod" ]; do mod=$(dirname "$mod"); done
+  rel=${pkg#"$mod"}; rel=./${rel#/}
+  (cd "$mod" && CGO_ENABLED=0 go test -c -o "$STAGE/pkgs/$name/$name.test" "$rel") || die "go test -c $pkg failed"
   if [ ! -f "$STAGE/pkgs/$name/$name.test" ]; then
     log "$pkg has no tests; skipped"; rm -rf "${STAGE:?}/pkgs/$name"; continue
   fi

@@ -68,7 +68,7 @@ func rewrite(fs []field) []byte {
 // re-encode unchanged. Each length-delimited body is also tried as a string,
 // a map entry, a packed run and a nested message.
 //
-//	go test ./abi/wire -run '^$' -fuzz FuzzDecode -fuzztime 20s
+//	go test ./wire -run '^$' -fuzz FuzzDecode -fuzztime 20s   (in abi/)
 func FuzzDecode(f *testing.F) {
 	f.Add(encodeSample())
 	f.Add([]byte{0x1b, 0x08, 0x01, 0x1c})

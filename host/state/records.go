@@ -19,7 +19,7 @@ import "time"
 // must repeat its type description in every independently decodable
 // value, is slower and larger than both.
 //
-//go:generate go run ../../abi/internal/wiregen -utf8 .
+//go:generate go run github.com/wasmcsi/wasmcsi/abi/internal/wiregen -utf8 .
 
 // Empty and nil maps and slices are the same to the store: a record read back
 // has nil where an empty one was written. Times come back in UTC without a

@@ -14,7 +14,6 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
-	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
 type wrapperCase struct {
@@ -152,15 +151,22 @@ func wrapperCases() []wrapperCase {
 	}
 }
 
-// install makes a FakeHost answering name with fn the native host for the
-// rest of the test.
-func install(t *testing.T, name string, fn func(req []byte) ([]byte, error)) *moduletest.FakeHost {
+// install makes fn the native host's answer to name for the rest of the
+// test and returns the names of the calls the host received. The fake is
+// local: the sdk module's tests need nothing outside abi and sdk, and
+// sdk/moduletest's FakeHost brings in the daemon.
+func install(t *testing.T, name string, fn func(req []byte) ([]byte, error)) *[]string {
 	t.Helper()
-	fake := &moduletest.FakeHost{}
-	fake.Handle(name[:strings.IndexByte(name, '_')], name, fn)
-	hostcall.SetHost(fake.Native())
+	var calls []string
+	hostcall.SetHost(func(got string, req []byte) ([]byte, error) {
+		calls = append(calls, got)
+		if got != name {
+			return nil, &abi.Error{Code: abi.Unimplemented, Message: "no handler for " + got}
+		}
+		return fn(req)
+	})
 	t.Cleanup(func() { hostcall.SetHost(nil) })
-	return fake
+	return &calls
 }
 
 // TestWrappersCoverEveryImport keeps the table in step with the imports
@@ -189,7 +195,7 @@ func TestWrappersSendAndDecode(t *testing.T) {
 	for _, tc := range wrapperCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []byte
-			fake := install(t, tc.name, func(req []byte) ([]byte, error) {
+			received := install(t, tc.name, func(req []byte) ([]byte, error) {
 				got = req
 				if tc.resp == nil {
 					return nil, nil
@@ -200,7 +206,7 @@ func TestWrappersSendAndDecode(t *testing.T) {
 			if err != nil {
 				t.Fatalf("call: %v", err)
 			}
-			if calls := fake.Calls(); len(calls) != 1 || calls[0] != tc.name {
+			if calls := *received; len(calls) != 1 || calls[0] != tc.name {
 				t.Fatalf("host calls %v, want [%s]", calls, tc.name)
 			}
 			if want := tc.req.AppendWire(nil); string(got) != string(want) {

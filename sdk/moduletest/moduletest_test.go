@@ -19,7 +19,7 @@ import (
 )
 
 // minimal is the module the authoring guide walks through.
-const minimal = "github.com/wasmcsi/wasmcsi/sdk/internal/minimal"
+const minimal = "github.com/wasmcsi/wasmcsi/sdk/moduletest/internal/minimal"
 
 // TestMinimalWithFakeHost builds the minimal module with each toolchain,
 // loads it into the daemon's runtime and drives it through every path an
@@ -209,7 +209,7 @@ func TestMissingGrantRefusesLoad(t *testing.T) {
 func TestPanic(t *testing.T) {
 	for _, tc := range moduletest.Toolchains {
 		t.Run(string(tc), func(t *testing.T) {
-			m := moduletest.Load(t, moduletest.Build(t, "../internal/minimal/testdata/panicky", tc), moduletest.Options{Name: "panicky"})
+			m := moduletest.Load(t, moduletest.Build(t, "./internal/minimal/testdata/panicky", tc), moduletest.Options{Name: "panicky"})
 			want := "backend panic: asked to panic"
 			if tc == moduletest.TinyGo {
 				want = "CreateVolume" // in the trap's wasm stack trace

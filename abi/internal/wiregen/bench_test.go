@@ -80,7 +80,7 @@ func BenchmarkDecode1KiB(b *testing.B) {
 // FuzzUnmarshal decodes arbitrary bytes into generated messages: no panic,
 // and whatever decodes re-encodes to bytes that decode to the same message.
 //
-//	go test ./abi/internal/wiregen -run '^$' -fuzz FuzzUnmarshal -fuzztime 20s
+//	go test ./internal/wiregen -run '^$' -fuzz FuzzUnmarshal -fuzztime 20s   (in abi/)
 func FuzzUnmarshal(f *testing.F) {
 	f.Add(message1KiB().AppendWire(nil))
 	f.Add(full().AppendWire(nil))

@@ -25,7 +25,7 @@ const fixtureDir = "testdata/fixture"
 
 // TestGolden regenerates the fixture package and compares with the
 // committed *_wire.go files, which this test package compiles against.
-// After an intended change of the output: go test ./abi/internal/wiregen -update
+// After an intended change of the output, in abi/: go test ./internal/wiregen -update
 func TestGolden(t *testing.T) {
 	for _, fx := range []struct {
 		dir   string

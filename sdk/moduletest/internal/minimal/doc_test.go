@@ -15,8 +15,8 @@ import (
 // files; these tests keep it that way.
 
 const (
-	guide    = "../../../docs/authoring.md"
-	repoRoot = "../../.."
+	guide    = "../../../../docs/authoring.md"
+	repoRoot = "../../../.."
 )
 
 // normalize drops indentation and blank lines, so an excerpt from inside a
@@ -59,7 +59,7 @@ func TestGuideShowsThisModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	if first := goBlocks(t, readGuide(t))[0]; first != string(src) {
-		t.Error("the first Go snippet of docs/authoring.md is not sdk/internal/minimal/main.go; copy the file into the guide")
+		t.Error("the first Go snippet of docs/authoring.md is not sdk/moduletest/internal/minimal/main.go; copy the file into the guide")
 	}
 }
 
