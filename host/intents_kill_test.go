@@ -102,7 +102,7 @@ func TestKilledBetweenModuleAndRecord(t *testing.T) {
 	for _, backend := range []string{"localdir", "loopfile"} {
 		pool := p.Pool(backend)
 		cut := 0
-		for try := 0; try < 5 && cut < 2; try++ {
+		for try := 0; try < 10 && cut < 2; try++ {
 			name := fmt.Sprintf("killed-%s-%d", backend, try)
 			in, err := unix.InotifyInit1(unix.IN_CLOEXEC)
 			if err != nil {

@@ -11,6 +11,10 @@
 // temporaries of copies whose process died. Names starting with "." are
 // refused, so no caller reaches the scratch folder.
 //
+// Create and Remove fsync the root after their mkdir or rmdir, unless the
+// caller passes hostcalls.DirSyncs in the context and makes that fsync
+// itself, later, in a batch.
+//
 // Every path it touches is opened relative to a file descriptor of the root
 // with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_XDEV), so no
 // name, symlink planted inside the pool, or mount inside a volume can lead an

@@ -25,7 +25,9 @@
 // way and then unlinked; Open removes those a dead process left. A file
 // Create only sized or allocated is not synced on its own on ext4 and xfs,
 // whose journal makes the size durable before the link that follows it, so
-// the root's fsync covers both.
+// the root's fsync covers both. A caller that passes hostcalls.DirSyncs in
+// the context makes that fsync of the root (and Remove's) itself, later,
+// in a batch.
 //
 // # Consistency
 //
