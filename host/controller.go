@@ -568,6 +568,20 @@ func (s *Server) settleDeletion(ctx context.Context, v state.Volume) error {
 			return nil
 		}
 	}
+	// A DeleteVolume of it may be at work: not two module deletes at once.
+	unlock, err := s.lock(volKey(v.ID))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Read it again under the lock: that DeleteVolume may have removed
+	// it, or unmarked it after the module's delete failed.
+	v, err = s.store.VolumeRecord(v.ID)
+	if errors.Is(err, state.ErrNotFound) || (err == nil && !v.Deleting) {
+		return nil
+	} else if err != nil {
+		return err
+	}
 	b, ok := s.backends.Load().get(v.Backend)
 	if !ok {
 		return errf(codes.FailedPrecondition, "volume %q of this name is being deleted and its backend %q is not loaded", v.ID, v.Backend)

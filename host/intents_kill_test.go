@@ -240,3 +240,62 @@ func TestUnsyncedPoolChangesLost(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestDeletingMarkWaitsForBackend kills the daemon right after a
+// DeleteVolume answered and restarts it without the volume's backend: the
+// deletion cannot be finished, and the volume, marked deleting, must stay
+// gone to the CO (not listed, NOT_FOUND) while its file, brought back by
+// the simulated power loss, waits. With the backend back, start-up
+// finishes the deletion.
+func TestDeletingMarkWaitsForBackend(t *testing.T) {
+	p := newProcDaemon(t)
+	pool := p.Pool("loopfile")
+	v, err := p.createVolume(callCtx(t), "marked", "loopfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := poolEntries(t, pool)
+	if len(entries) != 1 {
+		t.Fatalf("pool holds %v", entries)
+	}
+	p.stop(t)
+	p.start(t)
+	if _, err := p.controller().DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: v.GetVolumeId()}); err != nil {
+		t.Fatal(err)
+	}
+	p.kill(t)
+	// The power loss brings the unsynced unlink back.
+	if err := os.WriteFile(filepath.Join(pool, entries[0]), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	p.Modules[1].Name = "loopfile-off"
+	p.start(t)
+	if got := p.listedOf(t, "loopfile"); len(got) != 0 {
+		t.Errorf("a volume marked deleting is listed: %v", got)
+	}
+	_, err = p.controller().ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: v.GetVolumeId()})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("ControllerGetVolume of a volume marked deleting: %v, want NotFound", err)
+	}
+	if got := poolEntries(t, pool); len(got) != 1 {
+		t.Fatalf("without its backend the volume's file should wait; pool holds %v", got)
+	}
+	if !slices.ContainsFunc(p.log(), func(l string) bool { return strings.Contains(l, "waits for its backend") }) {
+		t.Errorf("start-up did not report the deletion waiting for its backend")
+	}
+
+	p.stop(t)
+	p.Modules[1].Name = "loopfile"
+	p.start(t)
+	if got := poolEntries(t, pool); len(got) != 0 {
+		t.Errorf("start-up with the backend back left %v in the pool", got)
+	}
+	again, err := p.createVolume(callCtx(t), "marked", "loopfile")
+	if err != nil {
+		t.Fatalf("create of the deleted volume's name: %v", err)
+	}
+	if _, err := p.controller().DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: again.GetVolumeId()}); err != nil {
+		t.Fatal(err)
+	}
+}
