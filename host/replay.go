@@ -16,8 +16,8 @@ import (
 
 // finishInterrupted finishes, before the daemon serves, the controller
 // operations a crash left unsettled (RATIONALE.md, "Records"): every
-// volume marked deleting is deleted again through its module and its
-// record removed; every logged create is run again with its logged
+// volume or snapshot marked deleting is deleted again through its module
+// and its record removed; every logged create is run again with its logged
 // request and its volume recorded, unless a deletion of its name
 // supersedes it. Both are finished, never undone, because the CO may
 // have had its answer. What cannot be finished now (a backend not
@@ -29,12 +29,17 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 		s.log.Error("read volumes being deleted", "err", err)
 		return
 	}
+	snaps, err := s.store.DeletingSnapshots()
+	if err != nil {
+		s.log.Error("read snapshots being deleted", "err", err)
+		return
+	}
 	intents, err := s.store.ListIntents()
 	if err != nil {
 		s.log.Error("read logged operations", "err", err)
 		return
 	}
-	if len(dels) == 0 && len(intents) == 0 {
+	if len(dels) == 0 && len(snaps) == 0 && len(intents) == 0 {
 		return
 	}
 	var dirs hostcalls.DirSyncs
@@ -53,6 +58,19 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 		}
 		s.log.Info("finished the deletion of a volume", "volume", v.ID)
 		complete = append(complete, func() error { return ignoreNotFound(s.store.DeleteVolumeSoon(v.ID)) })
+	}
+	for _, sn := range snaps {
+		b, ok := s.backends.Load().get(sn.Backend)
+		if !ok {
+			s.log.Warn("snapshot being deleted waits for its backend", "snapshot", sn.ID, "backend", sn.Backend)
+			continue
+		}
+		if err := s.callDeleteSnapshot(s.deferSyncs(ctx, b, &dirs), b, &sn); err != nil {
+			s.log.Error("finish the deletion of a snapshot; the next DeleteSnapshot or start tries again", "snapshot", sn.ID, "err", err)
+			continue
+		}
+		s.log.Info("finished the deletion of a snapshot", "snapshot", sn.ID)
+		complete = append(complete, func() error { return ignoreNotFound(s.store.DeleteSnapshotSoon(sn.ID)) })
 	}
 	for _, in := range intents {
 		drop := func() error { return s.store.DropIntentSoon(in.Key, in.CreatedAt) }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/host/state"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
 )
 
 func csiSnapshot(sn *state.Snapshot) *csi.Snapshot {
@@ -56,6 +57,13 @@ func (s *Server) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 // name and source volume locks. at is its point in time, now when zero.
 func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.CreateSnapshotRequest, group string, at time.Time) (*state.Snapshot, error) {
 	name := mreq.Name
+	// A deletion of a snapshot of this name that is not settled yet holds
+	// the name: settle it first.
+	if old, err := s.store.SnapshotRecordByName(name); err == nil && old.Deleting {
+		if err := s.settleSnapshotDeletion(ctx, old); err != nil {
+			return nil, err
+		}
+	}
 	if old, err := s.store.SnapshotByName(name); err == nil {
 		if old.SourceVolumeID != src {
 			return nil, errf(codes.AlreadyExists, "snapshot %q exists for volume %q", name, old.SourceVolumeID)
@@ -143,7 +151,7 @@ func (s *Server) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 		return nil, err
 	}
 	defer unlock()
-	sn, err := s.store.GetSnapshot(id)
+	sn, err := s.store.SnapshotRecord(id)
 	if errors.Is(err, state.ErrNotFound) {
 		if err := s.elsewhere(codes.FailedPrecondition, "snapshot", id); err != nil {
 			return nil, err
@@ -152,16 +160,91 @@ func (s *Server) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 	} else if err != nil {
 		return nil, err
 	}
+	if sn.Deleting && s.settle.settling(snapKey(id)) {
+		// The module deleted it; only the record's removal waits.
+		return &csi.DeleteSnapshotResponse{}, nil
+	}
 	if sn.GroupID != "" {
 		if _, err := s.store.GetGroup(sn.GroupID); err == nil {
 			// The spec's "Snapshot is part of a group": INVALID_ARGUMENT.
 			return nil, errf(codes.InvalidArgument, "snapshot %q belongs to group snapshot %q: delete the group", id, sn.GroupID)
 		}
+		// A member of a group that is gone: deleted as the group's
+		// members are, waiting for the record's removal.
+		if err := s.deleteSnapshotLocked(ctx, &sn); err != nil {
+			return nil, err
+		}
+		return &csi.DeleteSnapshotResponse{}, nil
 	}
-	if err := s.deleteSnapshotLocked(ctx, &sn); err != nil {
+	// As DeleteVolume: the durable mark is the one sync the CO waits for;
+	// the record goes once the module's pool changes are durable.
+	b, ok := s.backends.Load().get(sn.Backend)
+	if !ok {
+		return nil, errf(codes.FailedPrecondition, "backend %q of snapshot %q is not loaded", sn.Backend, sn.ID)
+	}
+	if !sn.Deleting {
+		if err := s.store.MarkSnapshotDeleting(id); err != nil {
+			return nil, err
+		}
+	}
+	var dirs hostcalls.DirSyncs
+	if err := s.callDeleteSnapshot(s.deferSyncs(ctx, b, &dirs), b, &sn); err != nil {
+		sn.Deleting = false
+		if perr := s.store.PutSnapshot(sn); perr != nil {
+			s.log.Error("unmark a snapshot whose deletion failed", "snapshot", id, "err", perr)
+		}
 		return nil, err
 	}
+	s.settle.add(snapKey(id), dirs.Dirs(), func() error { return ignoreNotFound(s.store.DeleteSnapshotSoon(id)) })
 	return &csi.DeleteSnapshotResponse{}, nil
+}
+
+// callDeleteSnapshot asks the snapshot's module to delete it.
+func (s *Server) callDeleteSnapshot(ctx context.Context, b *backend, sn *state.Snapshot) error {
+	var src *state.Volume
+	if v, err := s.store.GetVolume(sn.SourceVolumeID); err == nil {
+		src = &v
+	}
+	return b.call(ctx, abi.OpDeleteSnapshot, &abi.DeleteSnapshotRequest{Snapshot: snapshotRef(sn, src)}, &abi.Empty{})
+}
+
+// settleSnapshotDeletion finishes the deletion of sn, marked deleting,
+// before its name is used again, as settleDeletion does for volumes.
+func (s *Server) settleSnapshotDeletion(ctx context.Context, sn state.Snapshot) error {
+	if s.settle.settling(snapKey(sn.ID)) {
+		if err := s.settle.flush(ctx); err != nil {
+			return err
+		}
+		if _, err := s.store.SnapshotRecord(sn.ID); errors.Is(err, state.ErrNotFound) {
+			return nil
+		}
+	}
+	unlock, err := s.lock(snapKey(sn.ID))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	sn, err = s.store.SnapshotRecord(sn.ID)
+	if errors.Is(err, state.ErrNotFound) || (err == nil && !sn.Deleting) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	b, ok := s.backends.Load().get(sn.Backend)
+	if !ok {
+		return errf(codes.FailedPrecondition, "snapshot %q of this name is being deleted and its backend %q is not loaded", sn.ID, sn.Backend)
+	}
+	var dirs hostcalls.DirSyncs
+	if err := s.callDeleteSnapshot(s.deferSyncs(ctx, b, &dirs), b, &sn); err != nil {
+		return fmt.Errorf("finish the deletion of snapshot %s of this name: %w", sn.ID, err)
+	}
+	if err := s.syncPools(dirs.Dirs(), b.name); err != nil {
+		return fmt.Errorf("finish the deletion of snapshot %s of this name: %w", sn.ID, err)
+	}
+	if err := s.store.DeleteSnapshot(sn.ID); err != nil && !errors.Is(err, state.ErrNotFound) {
+		return fmt.Errorf("finish the deletion of snapshot %s of this name: %w", sn.ID, err)
+	}
+	return nil
 }
 
 func (s *Server) deleteSnapshotLocked(ctx context.Context, sn *state.Snapshot) error {
@@ -169,11 +252,7 @@ func (s *Server) deleteSnapshotLocked(ctx context.Context, sn *state.Snapshot) e
 	if !ok {
 		return errf(codes.FailedPrecondition, "backend %q of snapshot %q is not loaded", sn.Backend, sn.ID)
 	}
-	var src *state.Volume
-	if v, err := s.store.GetVolume(sn.SourceVolumeID); err == nil {
-		src = &v
-	}
-	if err := b.call(ctx, abi.OpDeleteSnapshot, &abi.DeleteSnapshotRequest{Snapshot: snapshotRef(sn, src)}, &abi.Empty{}); err != nil {
+	if err := s.callDeleteSnapshot(ctx, b, sn); err != nil {
 		return err
 	}
 	if err := s.store.DeleteSnapshot(sn.ID); err != nil {

@@ -59,6 +59,7 @@ func goldenRecords() map[string]func() (enc []byte, check func([]byte) (any, any
 	old := Volume{ID: "v-old", CreatedAt: time.Unix(-5, 7).UTC(), CapacityBytes: -1,
 		Published: map[string]PublishedNode{"n": {Context: map[string]string{"k": "v"}}}} // no Capability: written before it was kept
 
+	snapDeleting := Snapshot{ID: "s-2", Name: "snap-2", Backend: "dir", LocalID: "s-2", SourceVolumeID: "v-1", Deleting: true}
 	deleting := Volume{ID: "v-2", Name: "pvc-2", Backend: "dir", LocalID: "pvc-2", Deleting: true}
 	intent := Intent{Key: "volume/pvc-3", Op: "create_volume", Backend: "dir", Request: []byte{0x0a, 0x05, 'p', 'v', 'c', '-', '3'},
 		SourceSnapshotID: "s-1", SourceVolumeID: "v-1", CreatedAt: at}
@@ -70,16 +71,17 @@ func goldenRecords() map[string]func() (enc []byte, check func([]byte) (any, any
 		}
 	}
 	return map[string]func() ([]byte, func([]byte) (any, any, error), error){
-		"volume":          entry(vol, func() ([]byte, error) { return encode[Volume](&vol) }, func(b []byte) (any, error) { return decode[Volume](b) }),
-		"volume-old":      entry(old, func() ([]byte, error) { return encode[Volume](&old) }, func(b []byte) (any, error) { return decode[Volume](b) }),
-		"volume-empty":    entry(Volume{}, func() ([]byte, error) { return encode[Volume](&Volume{}) }, func(b []byte) (any, error) { return decode[Volume](b) }),
-		"snapshot":        entry(snap, func() ([]byte, error) { return encode[Snapshot](&snap) }, func(b []byte) (any, error) { return decode[Snapshot](b) }),
-		"group":           entry(group, func() ([]byte, error) { return encode[Group](&group) }, func(b []byte) (any, error) { return decode[Group](b) }),
-		"stage":           entry(stage, func() ([]byte, error) { return encode[Stage](&stage) }, func(b []byte) (any, error) { return decode[Stage](b) }),
-		"volume-deleting": entry(deleting, func() ([]byte, error) { return encode[Volume](&deleting) }, func(b []byte) (any, error) { return decode[Volume](b) }),
-		"intent":          entry(intent, func() ([]byte, error) { return encode[Intent](&intent) }, func(b []byte) (any, error) { return decode[Intent](b) }),
-		"publish":         entry(pub, func() ([]byte, error) { return encode[Publish](&pub) }, func(b []byte) (any, error) { return decode[Publish](b) }),
-		"ephemeral":       entry(eph, func() ([]byte, error) { return encode[Ephemeral](&eph) }, func(b []byte) (any, error) { return decode[Ephemeral](b) }),
+		"volume":            entry(vol, func() ([]byte, error) { return encode[Volume](&vol) }, func(b []byte) (any, error) { return decode[Volume](b) }),
+		"volume-old":        entry(old, func() ([]byte, error) { return encode[Volume](&old) }, func(b []byte) (any, error) { return decode[Volume](b) }),
+		"volume-empty":      entry(Volume{}, func() ([]byte, error) { return encode[Volume](&Volume{}) }, func(b []byte) (any, error) { return decode[Volume](b) }),
+		"snapshot":          entry(snap, func() ([]byte, error) { return encode[Snapshot](&snap) }, func(b []byte) (any, error) { return decode[Snapshot](b) }),
+		"group":             entry(group, func() ([]byte, error) { return encode[Group](&group) }, func(b []byte) (any, error) { return decode[Group](b) }),
+		"stage":             entry(stage, func() ([]byte, error) { return encode[Stage](&stage) }, func(b []byte) (any, error) { return decode[Stage](b) }),
+		"volume-deleting":   entry(deleting, func() ([]byte, error) { return encode[Volume](&deleting) }, func(b []byte) (any, error) { return decode[Volume](b) }),
+		"snapshot-deleting": entry(snapDeleting, func() ([]byte, error) { return encode[Snapshot](&snapDeleting) }, func(b []byte) (any, error) { return decode[Snapshot](b) }),
+		"intent":            entry(intent, func() ([]byte, error) { return encode[Intent](&intent) }, func(b []byte) (any, error) { return decode[Intent](b) }),
+		"publish":           entry(pub, func() ([]byte, error) { return encode[Publish](&pub) }, func(b []byte) (any, error) { return decode[Publish](b) }),
+		"ephemeral":         entry(eph, func() ([]byte, error) { return encode[Ephemeral](&eph) }, func(b []byte) (any, error) { return decode[Ephemeral](b) }),
 	}
 }
 

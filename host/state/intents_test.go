@@ -108,3 +108,49 @@ func TestDeletingMarkAndIntents(t *testing.T) {
 	}
 	checkDB(t, s)
 }
+
+// A snapshot marked Deleting is gone to every reader but the ones
+// start-up and a same-name create use, in both listings.
+func TestSnapshotDeletingMark(t *testing.T) {
+	s := openStore(t)
+	for _, id := range []string{"s1", "s2"} {
+		if err := s.InsertSnapshot(Snapshot{ID: id, Name: "n-" + id, Backend: "dir", LocalID: id, SourceVolumeID: "v"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.MarkSnapshotDeleting("s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSnapshot("s1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetSnapshot of a deleting snapshot: %v", err)
+	}
+	if _, err := s.SnapshotByName("n-s1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("SnapshotByName of a deleting snapshot: %v", err)
+	}
+	if v, err := s.SnapshotRecordByName("n-s1"); err != nil || !v.Deleting {
+		t.Errorf("SnapshotRecordByName: %+v, %v", v, err)
+	}
+	for _, f := range []SnapshotFilter{{}, {SourceVolumeID: "v"}, {SnapshotID: "s1"}} {
+		got, _, err := s.ListSnapshots(f, "", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, v := range got {
+			ids = append(ids, v.ID)
+		}
+		if want := []string{"s2"}; f.SnapshotID != "" && len(ids) != 0 || f.SnapshotID == "" && !reflect.DeepEqual(ids, want) {
+			t.Errorf("ListSnapshots(%+v) = %v", f, ids)
+		}
+	}
+	del, err := s.DeletingSnapshots()
+	if err != nil || len(del) != 1 || del[0].ID != "s1" {
+		t.Errorf("DeletingSnapshots: %+v, %v", del, err)
+	}
+	if err := s.DeleteSnapshotSoon("s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SnapshotRecord("s1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("after DeleteSnapshotSoon: %v", err)
+	}
+}

@@ -103,6 +103,9 @@ type Snapshot struct {
 	GroupID        string            `wire:"10"` // VolumeGroupSnapshot this snapshot belongs to, if any
 	// Topology is where the snapshot can be restored, if the backend says.
 	Topology []map[string]string `wire:"11"`
+	// Deleting is set, durably, before DeleteSnapshot asks the module to
+	// delete the snapshot, as Volume.Deleting.
+	Deleting bool `wire:"12"`
 }
 
 // Group is a VolumeGroupSnapshot.

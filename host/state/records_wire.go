@@ -377,6 +377,7 @@ func (m *Snapshot) AppendWire(b []byte) []byte {
 	b = wire.AppendBool(b, 9, m.ReadyToUse)
 	b = wire.AppendString(b, 10, m.GroupID)
 	b = wire.AppendStringMaps(b, 11, m.Topology)
+	b = wire.AppendBool(b, 12, m.Deleting)
 	return b
 }
 
@@ -417,6 +418,8 @@ func (m *Snapshot) decodeWire(d *wire.Decoder) error {
 			m.GroupID, err = d.String(typ)
 		case 11:
 			err = d.RepeatedStringMap(typ, &m.Topology)
+		case 12:
+			m.Deleting, err = d.Bool(typ)
 		default:
 			err = d.Skip(field, typ)
 		}

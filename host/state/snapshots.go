@@ -17,6 +17,7 @@ var snapshotTable = &table[Snapshot, *Snapshot]{
 	key:   func(v *Snapshot) string { return v.ID },
 	names: bucketSnapshotNames, name: func(v *Snapshot) string { return v.Name }, nameField: snapshotNameField,
 	index: indexSnapshotSource, unindex: unindexSnapshotSource,
+	hidden: func(v *Snapshot) bool { return v.Deleting },
 }
 
 // indexSnapshotSource keeps the source volume index of a put snapshot.
@@ -93,6 +94,65 @@ func (s *Store) SnapshotByName(name string) (Snapshot, error) { return snapshotT
 // ErrNotFound.
 func (s *Store) DeleteSnapshot(id string) error { return snapshotTable.delete(s.write, id) }
 
+// DeleteSnapshotSoon is DeleteSnapshot that does not wait for the disk:
+// for a snapshot marked Deleting, as DeleteVolumeSoon.
+func (s *Store) DeleteSnapshotSoon(id string) error { return snapshotTable.delete(s.writeSoon, id) }
+
+// SnapshotRecord is GetSnapshot that also returns a snapshot marked
+// Deleting.
+func (s *Store) SnapshotRecord(id string) (Snapshot, error) { return snapshotTable.getAny(s, id) }
+
+// SnapshotRecordByName is SnapshotByName that also returns a snapshot
+// marked Deleting.
+func (s *Store) SnapshotRecordByName(name string) (Snapshot, error) {
+	return snapshotTable.byNameAny(s, name)
+}
+
+// MarkSnapshotDeleting sets Deleting on the snapshot's record and returns
+// once that is durable, as MarkVolumeDeleting: from then on the snapshot
+// is gone to every reader but SnapshotRecord, SnapshotRecordByName and
+// DeletingSnapshots.
+func (s *Store) MarkSnapshotDeleting(id string) error {
+	err := s.write(func(tx *txn) error {
+		recs := tx.Bucket(bucketSnapshots)
+		old := recs.Get([]byte(id))
+		if old == nil {
+			return refuse(ErrNotFound)
+		}
+		v, err := snapshotTable.decodeAt(id, old)
+		if err != nil || v.Deleting {
+			return err
+		}
+		v.Deleting = true
+		b, err := encode[Snapshot](&v)
+		if err != nil {
+			return err
+		}
+		return recs.Put([]byte(id), b)
+	})
+	if err != nil {
+		return fmt.Errorf("mark snapshot %s deleting: %w", id, err)
+	}
+	return nil
+}
+
+// DeletingSnapshots returns every snapshot marked Deleting: the deletions
+// start-up finishes. It reads every snapshot record.
+func (s *Store) DeletingSnapshots() ([]Snapshot, error) {
+	var out []Snapshot
+	_, err := s.page(listSnapshots, bucketSnapshots, nil, "", 0, func(_ *txn, k, b []byte) error {
+		v, err := snapshotTable.decodeAt(string(k), b)
+		if err == nil && v.Deleting {
+			out = append(out, v)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots being deleted: %w", err)
+	}
+	return out, nil
+}
+
 // SnapshotFilter narrows ListSnapshots as CSI's ListSnapshotsRequest does.
 // Empty fields do not filter.
 type SnapshotFilter struct {
@@ -124,6 +184,9 @@ func (s *Store) ListSnapshots(f SnapshotFilter, startToken string, max int) (sna
 				v, err := snapshotTable.decodeAt(id, b)
 				if err != nil {
 					return err
+				}
+				if v.Deleting {
+					return errSkip
 				}
 				snaps = append(snaps, v)
 				return nil
