@@ -16,9 +16,9 @@ import (
 
 // The stage cycle is NodeStage+NodeUnstage of a loopfile volume, measured
 // against its kernel floor on an image of the same size: attach a loop
-// device (LOOP_CTL_GET_FREE, LOOP_CONFIGURE), mount the ext4 on it, unmount
-// it, detach it (LOOP_CLR_FD); for block access, which stages the device
-// itself, attach and detach. The two alternate cycle by cycle, so that load
+// device with direct I/O (LOOP_CTL_GET_FREE, LOOP_CONFIGURE), mount the
+// ext4 on it, unmount it, detach it (LOOP_CLR_FD); for block access, which
+// stages the device itself, attach and detach. The two alternate cycle by cycle, so that load
 // from elsewhere falls on both alike; each round reports the median cycle
 // time of each.
 
@@ -202,8 +202,15 @@ func floorAttach(img string) (string, int, error) {
 		if err != nil {
 			return "", -1, fmt.Errorf("open %s: %w", dev, err)
 		}
+		// Direct I/O as the daemon attaches (its loopfile default): the
+		// floor's writes, too, reach the image rather than its page cache.
 		cfg := unix.LoopConfig{Fd: uint32(ffd)}
+		cfg.Info.Flags = unix.LO_FLAGS_DIRECT_IO
 		err = unix.IoctlLoopConfigure(fd, &cfg)
+		if errors.Is(err, unix.EINVAL) {
+			cfg.Info.Flags = 0
+			err = unix.IoctlLoopConfigure(fd, &cfg)
+		}
 		if err == nil {
 			return dev, fd, nil
 		}
