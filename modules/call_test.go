@@ -330,3 +330,18 @@ func TestWASIIsSandboxed(t *testing.T) {
 		t.Fatalf("guest sees the real wall clock %s", clock)
 	}
 }
+
+// A successful call's outcome is counted without allocating: codeOf runs
+// on every call.
+func TestCodeOfOKAllocatesNothing(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() {
+		if codeOf(nil) != abi.OK {
+			t.Fatal("codeOf(nil) is not OK")
+		}
+	}); n != 0 {
+		t.Fatalf("codeOf(nil) allocates %v times", n)
+	}
+	if c := codeOf(abi.Errorf(abi.NotFound, "x")); c != abi.NotFound {
+		t.Fatalf("codeOf(NotFound error) = %v", c)
+	}
+}

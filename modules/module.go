@@ -154,10 +154,12 @@ func (m *Module) Call(ctx context.Context, op abi.Op, req []byte) ([]byte, error
 
 // codeOf is abi.CodeOf with Internal for errors that carry no code.
 func codeOf(err error) abi.Code {
-	var e *abi.Error
 	if err == nil {
 		return abi.OK
 	}
+	// Declared after the nil check: errors.As makes e escape, and a
+	// successful call must not allocate it.
+	var e *abi.Error
 	if errors.As(err, &e) {
 		return e.Code
 	}
