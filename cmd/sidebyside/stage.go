@@ -12,6 +12,8 @@ import (
 
 	csi "github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The stage cycle is NodeStage+NodeUnstage of a loopfile volume, measured
@@ -66,7 +68,17 @@ func stageCycle(ctx context.Context, d *driver, floorDir string, k stageCycleKin
 	defer func() {
 		bg := context.WithoutCancel(ctx)
 		if staged {
-			if _, uerr := d.node.NodeUnstageVolume(bg, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); uerr != nil {
+			// An interrupt may leave the cancelled call still running in
+			// the daemon, which answers Aborted until it is done.
+			var uerr error
+			for try := 0; try < 50; try++ {
+				_, uerr = d.node.NodeUnstageVolume(bg, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging})
+				if status.Code(uerr) != codes.Aborted {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if uerr != nil {
 				err = errors.Join(err, fmt.Errorf("NodeUnstageVolume: %w", uerr))
 			}
 		}
@@ -121,6 +133,18 @@ func stageCycle(ctx context.Context, d *driver, floorDir string, k stageCycleKin
 		fts = append(fts, float64(time.Since(start).Nanoseconds())/1e3)
 	}
 	return median(wts), median(fts), nil
+}
+
+// stageSkipped says why the stage cycle cannot run here (no loop devices
+// at loopControl, no mkfs.ext4), or "".
+func stageSkipped(loopControl string) string {
+	if _, err := os.Stat(loopControl); err != nil {
+		return "no loop devices: " + err.Error()
+	}
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		return "the floor's image needs mkfs.ext4: " + err.Error()
+	}
+	return ""
 }
 
 // floorImage makes a file of size bytes in dir, formatted ext4 when fs is
