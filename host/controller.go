@@ -17,6 +17,7 @@ import (
 	"github.com/wasmcsi/wasmcsi/host/config"
 	"github.com/wasmcsi/wasmcsi/host/state"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
 )
 
 // Lock keys. One operation per volume, snapshot or name at a time; a second
@@ -530,10 +531,6 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
-// syncDeferrable are the host call families whose durable effects are
-// the pool entries themselves (or nothing).
-var syncDeferrable = []string{"dir", "file", "loop", "mount", "net"}
-
 // deferSyncs returns ctx with d, so that the module's pool folder changes
 // are left to the settler, for a backend granted no other family: a module
 // that also keeps state elsewhere (device-mapper, an iSCSI target) may
@@ -546,7 +543,7 @@ func (s *Server) deferSyncs(ctx context.Context, b *backend, d *hostcalls.DirSyn
 		return ctx
 	}
 	for _, f := range m.HostCalls {
-		if !slices.Contains(syncDeferrable, f) {
+		if !catalog.DefersSyncs(f) {
 			return ctx
 		}
 	}

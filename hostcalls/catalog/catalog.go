@@ -65,6 +65,22 @@ func DeviceOwners() []hostcalls.DeviceOwner {
 	return []hostcalls.DeviceOwner{loop.Devices, dm.Devices, iscsi.Devices}
 }
 
+// DefersSyncs reports whether family's durable effects are the entries of
+// its pool folders themselves, or nothing, so that a backend granted only
+// such families may leave its pool folder syncs to the caller's batch
+// (hostcalls.DirSyncs; host/RATIONALE.md, "Records"). A family that keeps
+// state elsewhere (device-mapper, an iSCSI target) is not listed: modules
+// granted it may record in pool files what they chose there, which a power
+// loss must not take while the state they describe stays. A new family is
+// listed here only when that holds for it.
+func DefersSyncs(family string) bool {
+	switch family {
+	case dirpool.Family, filepool.Family, loop.Family, mount.Family, netinfo.Family:
+		return true
+	}
+	return false
+}
+
 // All returns every stateless host call (all but the iscsi family), for
 // tests and tools that run modules outside the daemon.
 func All() map[string]hostcalls.Func {

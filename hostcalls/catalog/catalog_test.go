@@ -60,3 +60,14 @@ func TestCatalogMatchesABI(t *testing.T) {
 		}
 	}
 }
+
+// TestDefersSyncs: exactly the families whose durable effects are their
+// pool entries (or nothing) leave their folder syncs to a batch; dm, lio,
+// iscsi and a name no family has do not.
+func TestDefersSyncs(t *testing.T) {
+	for f, want := range map[string]bool{"dir": true, "file": true, "loop": true, "mount": true, "net": true, "dm": false, "lio": false, "iscsi": false, "nosuch": false} {
+		if got := DefersSyncs(f); got != want {
+			t.Errorf("DefersSyncs(%q) = %v, want %v", f, got, want)
+		}
+	}
+}
