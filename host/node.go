@@ -457,41 +457,42 @@ func (s *Server) publishAt(ctx context.Context, rec *state.Stage, target string,
 	}
 	for _, p := range pubs {
 		if p.TargetPath == target {
-			if p.ReadOnly != readOnly || p.Block != c.Block || !slices.Equal(p.MountFlags, c.MountFlags) {
+			// A record start-up rebuilt from the mount table (no time)
+			// kept no mount flags, which the mount does not show: the
+			// first repeat supplies them.
+			adopted := p.PublishedAt.IsZero() && p.MountFlags == nil
+			if p.ReadOnly != readOnly || p.Block != c.Block || !adopted && !slices.Equal(p.MountFlags, c.MountFlags) {
 				return errf(codes.AlreadyExists, "volume %q is published at %q with other arguments", id, target)
 			}
-			durable, err := s.publish(ctx, rec, &p)
-			if err != nil {
-				return err
+			if adopted {
+				p.MountFlags, p.PublishedAt = c.MountFlags, time.Now().UTC()
+				if err := s.store.PutPublishSoon(p); err != nil {
+					return fmt.Errorf("record publication of %s at %s: %w", id, target, err)
+				}
 			}
-			if err := durable(); err != nil {
-				return fmt.Errorf("record publication of %s at %s: %w", id, target, err)
-			}
-			return nil
+			return s.publish(ctx, rec, &p)
 		}
 	}
 	if c.AccessMode == abi.AccessSingleNodeSingleWriter && len(pubs) > 0 {
 		return errf(codes.FailedPrecondition, "volume %q allows a single writer and is published at %q", id, pubs[0].TargetPath)
 	}
+	// The record comes first, so that DeleteVolume and a concurrent
+	// unpublish see it, but is not waited for: a crash that loses it
+	// leaves a mount that start-up records again (reconcile.go).
 	p := state.Publish{VolumeID: id, TargetPath: target, StagingPath: rec.StagingPath, ReadOnly: readOnly, Block: c.Block, MountFlags: c.MountFlags, PublishedAt: time.Now().UTC()}
-	durable, err := s.store.PutPublishAsync(p)
-	if err != nil {
+	if err := s.store.PutPublishSoon(p); err != nil {
 		return fmt.Errorf("record publication of %s at %s: %w", id, target, err)
 	}
-	durableDevice, err := s.publish(ctx, rec, &p)
-	if err != nil {
+	if err := s.publish(ctx, rec, &p); err != nil {
 		if p.Block && p.ReadOnly {
 			if rerr := s.releaseReadOnly(ctx, rec, &p); rerr != nil {
 				s.log.Warn("release read-only device after failed publish", "volume", id, "target", target, "err", rerr)
 			}
 		}
-		if derr := s.store.DeletePublish(id, target); derr != nil {
+		if derr := s.store.DeletePublishSoon(id, target); derr != nil {
 			s.log.Warn("remove publication record after failed publish", "volume", id, "target", target, "err", derr)
 		}
 		return err
-	}
-	if err := errors.Join(durable(), durableDevice()); err != nil {
-		return fmt.Errorf("record publication of %s at %s: %w", id, target, err)
 	}
 	return nil
 }
@@ -512,26 +513,27 @@ func checkPublishStagingPath(req *csi.NodePublishVolumeRequest) error {
 // publication binds a read-only loop device over the staged device
 // instead, since a read-only bind of a device node leaves the device
 // writable; p.Device records it, and when it changes (first publish, or a
-// reboot took the old one) publish records p again before the bind and
-// returns the wait for that record.
-func (s *Server) publish(ctx context.Context, rec *state.Stage, p *state.Publish) (durable func() error, err error) {
-	durable = func() error { return nil }
+// reboot took the old one) publish records p again before the bind (not
+// waited for either: start-up finds the device from the mount, and one
+// that no record names is an orphan it releases).
+func (s *Server) publish(ctx context.Context, rec *state.Stage, p *state.Publish) error {
 	if !p.Block {
-		return durable, s.node.Bind(ctx, rec.StagingPath, p.TargetPath, p.ReadOnly, false)
+		return s.node.Bind(ctx, rec.StagingPath, p.TargetPath, p.ReadOnly, false)
 	}
 	dev := rec.Device
 	if p.ReadOnly {
+		var err error
 		if dev, err = s.node.ReadOnlyDevice(ctx, rec.Device); err != nil {
-			return nil, err
+			return err
 		}
 		if p.Device != dev {
 			p.Device = dev
-			if durable, err = s.store.PutPublishAsync(*p); err != nil {
-				return nil, fmt.Errorf("record publication of %s at %s: %w", p.VolumeID, p.TargetPath, err)
+			if err := s.store.PutPublishSoon(*p); err != nil {
+				return fmt.Errorf("record publication of %s at %s: %w", p.VolumeID, p.TargetPath, err)
 			}
 		}
 	}
-	return durable, s.node.Bind(ctx, dev, p.TargetPath, p.ReadOnly, true)
+	return s.node.Bind(ctx, dev, p.TargetPath, p.ReadOnly, true)
 }
 
 // releaseReadOnly detaches the read-only device of block publication p

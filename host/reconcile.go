@@ -26,13 +26,17 @@ import (
 // after a reboot), so they are kept, reported once each, and nothing is
 // done eagerly here. What the daemon owns that no record explains — a loop
 // device backed by a file in a granted pool, a mount of such a device or of
-// a pool directory — is reported, and released when clean is set.
+// a pool directory — is reported, and released when clean is set. A mount
+// that no publication record explains but that binds a recorded stage is
+// a publication whose record a crash lost (NodePublish does not wait for
+// it): its record is written again from the mount, never released.
 
 // Finding is one thing reconciliation found.
 type Finding struct {
 	// "stage-lost" (kept for the CO's next NodeStage), "stale-stage" and
-	// "stale-publication" (records of nothing, dropped), "orphan-loop",
-	// "orphan-mount" (released with clean)
+	// "stale-publication" (records of nothing, dropped),
+	// "adopted-publication" (a publication recorded again from the mount
+	// table), "orphan-loop", "orphan-mount" (released with clean)
 	Kind   string
 	Path   string
 	Detail string
@@ -113,6 +117,15 @@ func (s *Server) reconcile(ctx context.Context, clean bool) ([]Finding, error) {
 		roots = append(roots, m.Roots...)
 	}
 	seen, err := s.node.Observe(ctx, roots)
+	for _, p := range s.unrecordedPublications(stages, seen, roots, known) {
+		// A publication whose record cannot be written now is still never
+		// released.
+		known[p.TargetPath] = true
+		if s.adopt(p) {
+			pubs = append(pubs, p)
+			out = append(out, Finding{Kind: "adopted-publication", Path: p.TargetPath, Detail: fmt.Sprintf("publication of volume %s with no record, recorded again", p.VolumeID)})
+		}
+	}
 	out = append(out, readOnlyOrphans(stages, pubs, seen.Loops)...)
 	for _, d := range seen.Loops {
 		// A device another block device holds (a dm-thin pool over pool
@@ -124,7 +137,7 @@ func (s *Server) reconcile(ctx context.Context, clean bool) ([]Finding, error) {
 	}
 	var orphanMounts []string
 	for _, m := range seen.Mounts {
-		if known[m.Mountpoint] || node.Within(roots, m.Mountpoint) {
+		if !m.Ours || known[m.Mountpoint] || node.Within(roots, m.Mountpoint) {
 			continue
 		}
 		out = append(out, Finding{Kind: "orphan-mount", Path: m.Mountpoint, Detail: "mount of " + m.Source + m.Root + " with no record"})
@@ -261,4 +274,110 @@ func readOnlyOrphans(stages []state.Stage, pubs []state.Publish, devs []node.Loo
 			" of volume " + rec.VolumeID + " with no read-only block publication record"})
 	}
 	return out
+}
+
+// unrecordedPublications rebuilds the publication records of the mounts
+// that no record explains but that publish a recorded stage: a bind of its
+// staging path (the same filesystem and folder within it, at another
+// place), or of its device node or of the read-only loop device over it
+// (a read-only block publication). Only what the mount table shows is
+// rebuilt: the mount flags of a publication are not (the bind does not
+// apply them), nor when it was made, so the record has neither, and a
+// repeated NodePublish takes the caller's (publishAt).
+func (s *Server) unrecordedPublications(stages []state.Stage, seen node.Observation, roots []string, known map[string]bool) []state.Publish {
+	type fsDir struct {
+		major, minor int
+		root         string
+	}
+	type devNode struct{ dev, rdev uint64 } // the filesystem holding a device node, and its number
+	mounted := map[fsDir]*state.Stage{}
+	nodes := map[devNode]*state.Stage{}
+	type roDevice struct {
+		path string
+		rec  *state.Stage
+	}
+	readOnly := map[devNode]roDevice{} // read-only loop devices over staged ones, by their node
+	byDevice := map[[2]uint64]*state.Stage{}
+	nodeFS := map[uint64]bool{} // filesystems holding a staged device node
+	for i := range stages {
+		rec := &stages[i]
+		if rec.Block {
+			var st unix.Stat_t
+			if rec.Device == "" || unix.Stat(rec.Device, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
+				continue
+			}
+			nodes[devNode{st.Dev, st.Rdev}] = rec
+			nodeFS[st.Dev] = true
+			byDevice[[2]uint64{st.Dev, st.Ino}] = rec
+			continue
+		}
+		// The topmost mount at the staging path is the stage.
+		for _, m := range seen.Mounts {
+			if m.Mountpoint == rec.StagingPath {
+				mounted[fsDir{m.Major, m.Minor, m.Root}] = rec
+			}
+		}
+	}
+	for _, d := range seen.Loops {
+		rec, ok := byDevice[[2]uint64{d.Dev, d.Inode}]
+		if !ok || !d.ReadOnly {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat(d.Path, &st) == nil {
+			readOnly[devNode{st.Dev, st.Rdev}] = roDevice{d.Path, rec}
+		}
+	}
+	stagingPaths := map[string]bool{}
+	for _, rec := range stages {
+		stagingPaths[rec.StagingPath] = true
+	}
+	var out []state.Publish
+	for _, m := range seen.Mounts {
+		if known[m.Mountpoint] || stagingPaths[m.Mountpoint] || node.Within(roots, m.Mountpoint) {
+			continue
+		}
+		p := state.Publish{TargetPath: m.Mountpoint, ReadOnly: m.ReadOnly()}
+		if rec, ok := mounted[fsDir{m.Major, m.Minor, m.Root}]; ok {
+			p.VolumeID, p.StagingPath = rec.VolumeID, rec.StagingPath
+			out = append(out, p)
+			continue
+		}
+		// Only a bind of a file on a filesystem that holds a staged device
+		// node can bind one: the mountpoint of no other is looked at (a
+		// network filesystem's may hang).
+		dev := unix.Mkdev(uint32(m.Major), uint32(m.Minor))
+		var st unix.Stat_t
+		if m.Root == "/" || !nodeFS[dev] || unix.Stat(m.Mountpoint, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
+			continue
+		}
+		if rec, ok := nodes[devNode{dev, st.Rdev}]; ok {
+			p.VolumeID, p.StagingPath, p.Block = rec.VolumeID, rec.StagingPath, true
+			out = append(out, p)
+		} else if ro, ok := readOnly[devNode{dev, st.Rdev}]; ok {
+			// The read-only loop device's node lies beside the staged one.
+			p.VolumeID, p.StagingPath, p.Block, p.ReadOnly, p.Device = ro.rec.VolumeID, ro.rec.StagingPath, true, true, ro.path
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// adopt writes the record of a publication found in the mount table,
+// unless its volume is busy with a call, which then decides.
+func (s *Server) adopt(p state.Publish) bool {
+	unlock, err := s.lock(volKey(p.VolumeID))
+	if err != nil {
+		return false
+	}
+	defer unlock()
+	durable, err := s.store.PutPublishAsync(p)
+	if err == nil {
+		err = durable()
+	}
+	if err != nil {
+		s.log.Warn("reconcile: record publication", "volume", p.VolumeID, "target", p.TargetPath, "err", err)
+		return false
+	}
+	return true
 }

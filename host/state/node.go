@@ -77,6 +77,14 @@ func (s *Store) PutPublishAsync(p Publish) (wait func() error, err error) {
 	return publishTable.putAsync(s, p)
 }
 
+// PutPublishSoon is PutPublishAsync with nothing to wait for: the record
+// is visible at once and reaches the disk as DeleteStageSoon's deletion
+// does. NodePublish uses it: start-up rebuilds a lost publication record
+// from the mount table (host/RATIONALE.md, "Records").
+func (s *Store) PutPublishSoon(p Publish) error {
+	return publishTable.put(s.writeSoon, p, false)
+}
+
 // GetPublish returns the publish record of a volume at a target path, or
 // ErrNotFound.
 func (s *Store) GetPublish(volumeID, targetPath string) (Publish, error) {

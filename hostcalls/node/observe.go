@@ -27,16 +27,27 @@ type Loop struct {
 	Held bool
 }
 
-// Mount is a mount of something a module made.
+// Mount is a mount in the node's mount table.
 type Mount struct {
 	Mountpoint string
 	// Source is the mounted device and Root the folder of its filesystem
 	// that is mounted ("/" for the whole filesystem).
 	Source, Root string
+	// Major and Minor are the device number of the mounted filesystem:
+	// with Root, what tells a bind of a staging path from another mount.
+	Major, Minor int
+	// Options are the per-mount options ("ro,nosuid,..."), not the
+	// filesystem's.
+	Options string
+	// Ours: it mounts a loop device backed by a file in the roots, or a
+	// folder or file inside the roots, so a module made it.
+	Ours bool
 }
 
-// Observation is every bound loop device, and the mounts of a loop device
-// backed by a file in the roots or of a folder or file inside the roots.
+// ReadOnly reports whether the mount is read-only.
+func (m Mount) ReadOnly() bool { return slices.Contains(strings.Split(m.Options, ","), "ro") }
+
+// Observation is every bound loop device and every mount.
 type Observation struct {
 	Loops  []Loop
 	Mounts []Mount
@@ -48,7 +59,7 @@ func Within(roots []string, p string) bool {
 	return slices.ContainsFunc(roots, func(r string) bool { return p == r || strings.HasPrefix(p, r+string(filepath.Separator)) })
 }
 
-// Observe lists the node's loop devices and the mounts of what modules
+// Observe lists the node's loop devices and mounts, and marks what modules
 // with these roots made. On an error it returns what it saw so far.
 func (n *Node) Observe(ctx context.Context, roots []string) (Observation, error) {
 	var o Observation
@@ -71,9 +82,8 @@ func (n *Node) Observe(ctx context.Context, roots []string) (Observation, error)
 	}
 	pools := findPools(roots, mounts)
 	for _, m := range mounts {
-		if ours[m.Source] || pools.holds(m) {
-			o.Mounts = append(o.Mounts, Mount{Mountpoint: m.Mountpoint, Source: m.Source, Root: m.Root})
-		}
+		o.Mounts = append(o.Mounts, Mount{Mountpoint: m.Mountpoint, Source: m.Source, Root: m.Root,
+			Major: m.Major, Minor: m.Minor, Options: m.Options, Ours: ours[m.Source] || pools.holds(m)})
 	}
 	return o, nil
 }

@@ -72,6 +72,8 @@ type Daemon struct {
 	// Modules are written into the configuration at every start, so a test
 	// may change them between runs.
 	Modules []Module
+	// Clean is reconcile's clean from the next start on.
+	Clean bool
 
 	bin       string
 	config    string
@@ -230,6 +232,7 @@ func (d *Daemon) writeConfig() error {
 	fmt.Fprintf(&b, "endpoint: unix://%s\nnode_id: test-node\nrole: all\nstate_dir: %s\nmodule_dir: %s\ncache_dir: %s\n",
 		d.Socket, d.State, filepath.Join(d.Dir, "modules"), filepath.Join(os.TempDir(), "wasmcsi-test-cache"))
 	fmt.Fprintf(&b, "watch_modules: false\nlog_level: info\nlog_format: %s\n", d.logFormat)
+	fmt.Fprintf(&b, "reconcile:\n  clean: %t\n", d.Clean)
 	if len(d.Modules) > 0 {
 		fmt.Fprintf(&b, "default_backend: %s\n", d.Modules[0].Name)
 	}
