@@ -11,6 +11,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/wasmcsi/wasmcsi/host/state"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
@@ -53,9 +54,13 @@ func TestLostPublicationRecordAdopted(t *testing.T) {
 		context                   map[string]string
 		readOnly                  bool
 	}
+	// Mount flags are not visible in the mount table, so the record
+	// rebuilt has none: the CO's repeat with its flags must still converge.
+	withFlags := loopCapability(false)
+	withFlags.GetMount().MountFlags = []string{"noatime"}
 	vols := []*vol{
 		{name: "dir", capability: rwCap},
-		{name: "fs", capability: loopCapability(false)},
+		{name: "fs", capability: withFlags},
 		{name: "block", capability: loopCapability(true)},
 		{name: "roblock", capability: loopCapability(true), readOnly: true},
 	}
@@ -111,9 +116,24 @@ func TestLostPublicationRecordAdopted(t *testing.T) {
 		if status.Code(err) != codes.FailedPrecondition {
 			t.Errorf("%s: DeleteVolume of a published volume: %v, want FailedPrecondition", v.name, err)
 		}
-		// A repeat with the CO's arguments converges on the adopted record.
-		if _, err := p.node().NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: v.id, StagingTargetPath: v.staging, TargetPath: v.target, VolumeCapability: v.capability, VolumeContext: v.context, Readonly: v.readOnly}); err != nil {
+		// A repeat with the CO's arguments converges on the adopted record,
+		// and the record then holds them: one with other arguments is
+		// refused.
+		req := &csi.NodePublishVolumeRequest{VolumeId: v.id, StagingTargetPath: v.staging, TargetPath: v.target, VolumeCapability: v.capability, VolumeContext: v.context, Readonly: v.readOnly}
+		if _, err := p.node().NodePublishVolume(ctx, req); err != nil {
 			t.Errorf("%s: repeated NodePublish: %v", v.name, err)
+		}
+		req.Readonly = !req.Readonly
+		if _, err := p.node().NodePublishVolume(ctx, req); status.Code(err) != codes.AlreadyExists {
+			t.Errorf("%s: NodePublish with another read-only flag: %v, want AlreadyExists", v.name, err)
+		}
+		if v.name == "fs" {
+			other := proto.Clone(v.capability).(*csi.VolumeCapability)
+			other.GetMount().MountFlags = []string{"nodiratime"}
+			req.Readonly, req.VolumeCapability = v.readOnly, other
+			if _, err := p.node().NodePublishVolume(ctx, req); status.Code(err) != codes.AlreadyExists {
+				t.Errorf("%s: NodePublish with other mount flags after the repeat: %v, want AlreadyExists", v.name, err)
+			}
 		}
 	}
 	if b, err := os.ReadFile(filepath.Join(vols[0].target, "kept")); err != nil || string(b) != "data" {
