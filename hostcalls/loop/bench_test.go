@@ -45,3 +45,56 @@ func BenchmarkLosetup(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAttachDetachAmong is BenchmarkAttachDetach with eight other
+// files bound: Detach forgets where the file was, so each Attach reads the
+// status of every bound device to make sure the file is on none of them.
+func BenchmarkAttachDetachAmong(b *testing.B) {
+	looptest.Require(b)
+	ctx := context.Background()
+	for range 8 {
+		d, err := loop.Attach(ctx, looptest.SparseFile(b, mib), loop.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			if err := loop.Detach(ctx, d.Path); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	file := looptest.SparseFile(b, 64*mib)
+	for b.Loop() {
+		d, err := loop.Attach(ctx, file, loop.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := loop.Detach(ctx, d.Path); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkFindAbsentAmong is the look-up that precedes every such Attach
+// alone: a file attached nowhere, eight other files bound.
+func BenchmarkFindAbsentAmong(b *testing.B) {
+	looptest.Require(b)
+	ctx := context.Background()
+	for range 8 {
+		d, err := loop.Attach(ctx, looptest.SparseFile(b, mib), loop.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			if err := loop.Detach(ctx, d.Path); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	file := looptest.SparseFile(b, mib)
+	for b.Loop() {
+		if _, found, err := loop.Find(ctx, file); err != nil || found {
+			b.Fatal(found, err)
+		}
+	}
+}

@@ -20,6 +20,11 @@ type fileID struct{ dev, ino uint64 }
 
 func (id fileID) matches(d Device) bool { return d.Dev == id.dev && d.Inode == id.ino }
 
+// matchesInfo is matches on the raw status, before the device is described.
+func (id fileID) matchesInfo(info *unix.LoopInfo64) bool {
+	return info.Device == id.dev && info.Inode == id.ino
+}
+
 // hints remembers, per backing file (fileID), the device this process last
 // attached or found it on, so that Find and Attach of an attached file
 // check that one device instead of walking every loop device. A hint is
@@ -41,7 +46,7 @@ func findFile(ctx context.Context, id fileID, match func(Device) bool) (Device, 
 		}
 		hints.CompareAndDelete(id, v)
 	}
-	d, ok, err := find(ctx, func(d Device) bool { return id.matches(d) && match(d) })
+	d, ok, err := walkFind(ctx, id.matchesInfo, func(d Device) bool { return id.matches(d) && match(d) })
 	if ok {
 		hints.Store(id, d.Path)
 	}
@@ -53,7 +58,7 @@ func findFile(ctx context.Context, id fileID, match func(Device) bool) (Device, 
 // volume records.
 func List(ctx context.Context) ([]Device, error) {
 	var devs []Device
-	err := walk(ctx, func(d Device) bool {
+	err := walk(ctx, nil, func(d Device) bool {
 		devs = append(devs, d)
 		return false
 	})
@@ -75,9 +80,15 @@ func Status(ctx context.Context, dev string) (d Device, bound bool, err error) {
 
 // find returns the first bound device that match accepts.
 func find(ctx context.Context, match func(Device) bool) (Device, bool, error) {
+	return walkFind(ctx, nil, match)
+}
+
+// walkFind returns the first bound device that match accepts among those
+// whose raw status pre accepts (all when pre is nil).
+func walkFind(ctx context.Context, pre func(*unix.LoopInfo64) bool, match func(Device) bool) (Device, bool, error) {
 	var found Device
 	var ok bool
-	err := walk(ctx, func(d Device) bool {
+	err := walk(ctx, pre, func(d Device) bool {
 		if match(d) {
 			found, ok = d, true
 		}
@@ -89,8 +100,10 @@ func find(ctx context.Context, match func(Device) bool) (Device, bool, error) {
 // walk calls fn for each bound loop device in device-number order until fn
 // returns true. Bound devices are those with a loop/backing_file in sysfs;
 // each is then opened for LOOP_GET_STATUS64, which is where the backing
-// file's identity lives. A device unbound meanwhile is skipped.
-func walk(ctx context.Context, fn func(Device) bool) error {
+// file's identity lives. A device unbound meanwhile is skipped, and so is
+// one whose status pre (when not nil) refuses: a search for one file reads
+// only the status of the others, not their size and sysfs path.
+func walk(ctx context.Context, pre func(*unix.LoopInfo64) bool, fn func(Device) bool) error {
 	entries, err := os.ReadDir(sysBlock)
 	if err != nil {
 		return err
@@ -115,7 +128,7 @@ func walk(ctx context.Context, fn func(Device) bool) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		d, bound, err := readDevice(devPrefix + strconv.Itoa(n))
+		d, bound, err := readDeviceIf(devPrefix+strconv.Itoa(n), pre)
 		if err != nil {
 			return err
 		}
@@ -129,6 +142,12 @@ func walk(ctx context.Context, fn func(Device) bool) error {
 // readDevice describes the device at path, reporting bound=false when it is not
 // (or no longer) bound or its node is gone.
 func readDevice(path string) (d Device, bound bool, err error) {
+	return readDeviceIf(path, nil)
+}
+
+// readDeviceIf is readDevice that stops after LOOP_GET_STATUS64, reporting
+// bound=false, when pre (if not nil) refuses the status.
+func readDeviceIf(path string, pre func(*unix.LoopInfo64) bool) (d Device, bound bool, err error) {
 	f, err := os.OpenFile(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENXIO) {
 		return Device{}, false, nil
@@ -137,7 +156,18 @@ func readDevice(path string) (d Device, bound bool, err error) {
 		return Device{}, false, err
 	}
 	defer f.Close()
-	d, err = describe(path, int(f.Fd()))
+	fd := int(f.Fd())
+	info, err := unix.IoctlLoopGetStatus64(fd)
+	if errors.Is(err, unix.ENXIO) {
+		return Device{}, false, nil
+	}
+	if err != nil {
+		return Device{}, false, fmt.Errorf("%s: LOOP_GET_STATUS64: %w", path, err)
+	}
+	if pre != nil && !pre(info) {
+		return Device{}, false, nil
+	}
+	d, err = describeStatus(path, fd, info)
 	if errors.Is(err, unix.ENXIO) {
 		return Device{}, false, nil
 	}
@@ -153,6 +183,11 @@ func describe(path string, fd int) (Device, error) {
 	if err != nil {
 		return Device{}, fmt.Errorf("LOOP_GET_STATUS64: %w", err)
 	}
+	return describeStatus(path, fd, info)
+}
+
+// describeStatus is describe with the device's status already read.
+func describeStatus(path string, fd int, info *unix.LoopInfo64) (Device, error) {
 	size, err := deviceSize(fd)
 	if err != nil {
 		return Device{}, fmt.Errorf("BLKGETSIZE64: %w", err)

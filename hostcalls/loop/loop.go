@@ -331,8 +331,8 @@ func Detach(ctx context.Context, dev string) error {
 		return fmt.Errorf("detach %s: %w", dev, err)
 	}
 	// What it was bound to, to drop the hint afterwards, so hints do not
-	// pile up for files long detached.
-	bound, berr := describe(dev, fd)
+	// pile up for files long detached: the status alone says it.
+	bound, berr := unix.IoctlLoopGetStatus64(fd)
 	err = unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0)
 	// The kernel finishes the unbind when the last opener closes: us,
 	// unless someone else has the device open too.
@@ -341,7 +341,7 @@ func Detach(ctx context.Context, dev string) error {
 		return fmt.Errorf("detach %s: LOOP_CLR_FD: %w", dev, err)
 	}
 	if berr == nil {
-		hints.CompareAndDelete(fileID{dev: bound.Dev, ino: bound.Inode}, dev)
+		hints.CompareAndDelete(fileID{dev: bound.Device, ino: bound.Inode}, dev)
 	}
 	waitUnbound(ctx, dev)
 	return nil

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -110,6 +112,43 @@ func TestAttachTwiceReturnsSameDevice(t *testing.T) {
 	third := attach(t, link, loop.Options{})
 	if third.Path != first.Path {
 		t.Fatalf("attach through a hard link = %s, want %s", third.Path, first.Path)
+	}
+}
+
+// A file another process attached (so this one has no hint of it), with
+// other files' devices bound before it, is found by Attach and returned,
+// never bound a second time; asked with the other read-only mode, Attach
+// refuses. It is the check that keeps one file off two devices.
+func TestAttachFindsDeviceOfAnotherProcess(t *testing.T) {
+	looptest.Require(t)
+	if _, err := exec.LookPath("losetup"); err != nil {
+		t.Skip("needs losetup to attach from another process: ", err)
+	}
+	for range 3 {
+		attach(t, looptest.SparseFile(t, mib), loop.Options{})
+	}
+	file := looptest.SparseFile(t, 4*mib)
+	out, err := exec.Command("losetup", "-f", "--show", file).Output()
+	if err != nil {
+		t.Fatalf("losetup -f --show %s: %v", file, err)
+	}
+	theirs := strings.TrimSpace(string(out))
+	t.Cleanup(func() {
+		if err := loop.Detach(context.Background(), theirs); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	d := attach(t, file, loop.Options{})
+	if d.Path != theirs {
+		t.Fatalf("attach of a file losetup attached to %s = %s, want that device", theirs, d.Path)
+	}
+	dev, ino := identity(t, file)
+	if d.Dev != dev || d.Inode != ino || d.SizeBytes != 4*mib || d.BackingFile != file {
+		t.Fatalf("attach = %+v, want %s of %d bytes, file %d:%d", d, file, 4*mib, dev, ino)
+	}
+	_, err = loop.Attach(context.Background(), file, loop.Options{ReadOnly: true})
+	if abi.CodeOf(err) != abi.FailedPrecondition {
+		t.Fatalf("read-only attach of a file attached read-write = %v, want FailedPrecondition", err)
 	}
 }
 
