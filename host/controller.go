@@ -11,6 +11,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/wasmcsi/wasmcsi/abi"
@@ -804,22 +805,66 @@ func (s *Server) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) (
 	if req.GetMaxEntries() < 0 {
 		return nil, errf(codes.InvalidArgument, "max_entries is negative")
 	}
-	vols, next, err := s.store.ListVolumes(req.GetStartingToken(), int(req.GetMaxEntries()))
+	publish := s.advertisesPublish()
+	entries, next, err := listPage(req.GetStartingToken(), int(req.GetMaxEntries()), func(token string, max int) ([]*csi.ListVolumesResponse_Entry, string, error) {
+		vols, next, err := s.store.ListVolumes(token, max)
+		if err != nil {
+			return nil, "", err
+		}
+		out := make([]*csi.ListVolumesResponse_Entry, 0, len(vols))
+		for i := range vols {
+			e := &csi.ListVolumesResponse_Entry{Volume: csiVolume(&vols[i])}
+			if publish {
+				e.Status = &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: slices.Sorted(maps.Keys(vols[i].Published))}
+			}
+			out = append(out, e)
+		}
+		return out, next, nil
+	})
 	if errors.Is(err, state.ErrBadToken) {
 		return nil, errf(codes.Aborted, "starting_token %q is not valid", req.GetStartingToken())
 	} else if err != nil {
 		return nil, err
 	}
-	resp := &csi.ListVolumesResponse{NextToken: next}
-	publish := s.advertisesPublish()
-	for i := range vols {
-		e := &csi.ListVolumesResponse_Entry{Volume: csiVolume(&vols[i])}
-		if publish {
-			e.Status = &csi.ListVolumesResponse_VolumeStatus{PublishedNodeIds: slices.Sorted(maps.Keys(vols[i].Published))}
-		}
-		resp.Entries = append(resp.Entries, e)
+	return &csi.ListVolumesResponse{Entries: entries, NextToken: next}, nil
+}
+
+// unpagedBudget bounds the answer to a List call without max_entries, in
+// bytes of its entries: past it the answer ends with a next_token, which
+// the spec allows ("no restriction" on the number returned) and every CO
+// must follow. Without the bound, a listing of some 22,000 volumes
+// outgrows the 4 MiB message that gRPC clients accept by default and the
+// CO gets nothing at all. A variable for the tests.
+var unpagedBudget = 2 << 20
+
+// unpagedChunk (a variable for the tests) is how many records an unpaged
+// listing reads at a time; it also bounds how far past unpagedBudget an
+// answer goes (a chunk of entries, each at most a few KiB).
+var unpagedChunk = 128
+
+// listPage answers a List call: max entries from token when the CO asked
+// for a page, else chunks of unpagedChunk until the listing ends or
+// unpagedBudget is spent, so every answer costs O(its size).
+func listPage[E proto.Message](token string, max int, list func(token string, max int) ([]E, string, error)) ([]E, string, error) {
+	if max > 0 {
+		return list(token, max)
 	}
-	return resp, nil
+	var out []E
+	size := 0
+	for {
+		page, next, err := list(token, unpagedChunk)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, page...)
+		for _, e := range page {
+			size += proto.Size(e)
+		}
+		if next == "" || size >= unpagedBudget {
+			return out, next, nil
+		}
+		token = next
+	}
 }
 
 // ControllerGetVolume returns one volume with the nodes it is published to.

@@ -283,13 +283,24 @@ func (s *Server) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 		}
 		return &csi.ListSnapshotsResponse{Entries: []*csi.ListSnapshotsResponse_Entry{{Snapshot: csiSnapshot(&sn)}}}, nil
 	}
-	snaps, next, err := s.store.ListSnapshots(state.SnapshotFilter{SourceVolumeID: req.GetSourceVolumeId()}, req.GetStartingToken(), int(req.GetMaxEntries()))
+	filter := state.SnapshotFilter{SourceVolumeID: req.GetSourceVolumeId()}
+	entries, next, err := listPage(req.GetStartingToken(), int(req.GetMaxEntries()), func(token string, max int) ([]*csi.ListSnapshotsResponse_Entry, string, error) {
+		snaps, next, err := s.store.ListSnapshots(filter, token, max)
+		if err != nil {
+			return nil, "", err
+		}
+		out := make([]*csi.ListSnapshotsResponse_Entry, 0, len(snaps))
+		for i := range snaps {
+			out = append(out, &csi.ListSnapshotsResponse_Entry{Snapshot: csiSnapshot(&snaps[i])})
+		}
+		return out, next, nil
+	})
 	if errors.Is(err, state.ErrBadToken) {
 		return nil, errf(codes.Aborted, "starting_token %q is not valid", req.GetStartingToken())
 	} else if err != nil {
 		return nil, err
 	}
-	if src := req.GetSourceVolumeId(); src != "" && len(snaps) == 0 && req.GetStartingToken() == "" {
+	if src := req.GetSourceVolumeId(); src != "" && len(entries) == 0 && req.GetStartingToken() == "" {
 		// No snapshot of a volume another node's daemon holds is not the
 		// same as none of a volume that is gone.
 		if _, err := s.store.GetVolume(src); errors.Is(err, state.ErrNotFound) {
@@ -298,11 +309,7 @@ func (s *Server) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsReques
 			}
 		}
 	}
-	resp := &csi.ListSnapshotsResponse{NextToken: next}
-	for i := range snaps {
-		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: csiSnapshot(&snaps[i])})
-	}
-	return resp, nil
+	return &csi.ListSnapshotsResponse{Entries: entries, NextToken: next}, nil
 }
 
 // GetSnapshot returns one snapshot.

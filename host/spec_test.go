@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/wasmcsi/wasmcsi/host"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
@@ -287,7 +288,7 @@ func TestListVolumesPaging(t *testing.T) {
 			if err != nil {
 				t.Fatalf("page %d: %v", pages, err)
 			}
-			if len(resp.GetEntries()) > int(max) {
+			if max > 0 && len(resp.GetEntries()) > int(max) {
 				t.Fatalf("page %d has %d entries, max_entries %d", pages, len(resp.GetEntries()), max)
 			}
 			for _, e := range resp.GetEntries() {
@@ -312,6 +313,24 @@ func TestListVolumesPaging(t *testing.T) {
 			}
 		}
 	})
+	t.Run("unpaged, within the budget", func(t *testing.T) {
+		resp, err := d.controller().ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
+		if err != nil || len(resp.GetEntries()) != len(want) || resp.GetNextToken() != "" {
+			t.Fatalf("ListVolumes without max_entries: %d entries, next_token %q, %v; want all %d in one answer", len(resp.GetEntries()), resp.GetNextToken(), err, len(want))
+		}
+	})
+	t.Run("unpaged, past the budget", func(t *testing.T) {
+		// A budget of one byte: each answer ends after its first chunk.
+		setUnpaged(t, 1, 2)
+		seen := walk(t, 0, nil)
+		if len(seen) != len(want) || len(slices.Compact(slices.Sorted(slices.Values(seen)))) != len(want) {
+			t.Fatalf("unpaged walk saw %v, want each of %d volumes once", seen, len(want))
+		}
+		resp, err := d.controller().ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
+		if err != nil || len(resp.GetEntries()) != 2 || resp.GetNextToken() == "" {
+			t.Fatalf("first unpaged answer: %d entries, next_token %q, %v; want 2 and a token", len(resp.GetEntries()), resp.GetNextToken(), err)
+		}
+	})
 	t.Run("deletion during the walk", func(t *testing.T) {
 		var deleted string
 		seen := walk(t, 2, func(seen []string) {
@@ -333,6 +352,54 @@ func TestListVolumesPaging(t *testing.T) {
 			wantCode(t, err, codes.Aborted)
 		}
 	})
+}
+
+// setUnpaged sets the byte budget and the chunk of unpaged List answers
+// for the rest of t.
+func setUnpaged(t *testing.T, budget, chunk int) {
+	t.Cleanup(host.SetUnpaged(budget, chunk))
+}
+
+// TestListSnapshotsUnpagedBounded: a ListSnapshots without max_entries past
+// the byte budget ends with a next_token, and following it lists every
+// snapshot once, also filtered by source volume.
+func TestListSnapshotsUnpagedBounded(t *testing.T) {
+	d, _ := specDaemon(t)
+	vol := createVolume(t, d, &csi.CreateVolumeRequest{Name: "snapsrc"})
+	want := map[string]bool{}
+	for i := range 5 {
+		sn, err := d.controller().CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: fmt.Sprintf("snap-%d", i), SourceVolumeId: vol.GetVolumeId()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[sn.GetSnapshot().GetSnapshotId()] = true
+	}
+	setUnpaged(t, 1, 2)
+	for _, src := range []string{"", vol.GetVolumeId()} {
+		var seen []string
+		token := ""
+		for pages := 0; ; pages++ {
+			if pages > 10 {
+				t.Fatal("ListSnapshots does not end")
+			}
+			resp, err := d.controller().ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{SourceVolumeId: src, StartingToken: token})
+			if err != nil {
+				t.Fatalf("source %q, page %d: %v", src, pages, err)
+			}
+			if len(resp.GetEntries()) > 2 {
+				t.Fatalf("source %q, page %d: %d entries past a budget of one byte and chunks of 2", src, pages, len(resp.GetEntries()))
+			}
+			for _, e := range resp.GetEntries() {
+				seen = append(seen, e.GetSnapshot().GetSnapshotId())
+			}
+			if token = resp.GetNextToken(); token == "" {
+				break
+			}
+		}
+		if len(seen) != len(want) || len(slices.Compact(slices.Sorted(slices.Values(seen)))) != len(want) {
+			t.Errorf("source %q: walk saw %v, want each of %d snapshots once", src, seen, len(want))
+		}
+	}
 }
 
 // TestOperationBackendLacks: an operation on a volume whose backend lacks
