@@ -580,6 +580,13 @@ func (s *Server) settleDeletion(ctx context.Context, v state.Volume) error {
 	} else if err != nil {
 		return err
 	}
+	if s.settle.settling(v.ID) {
+		// A batch holds the removal of its record by ID (its folder sync
+		// failed, or a DeleteVolume queued it since): removed here, the
+		// record of the volume this name gets next, under the same ID,
+		// would go with that batch.
+		return errf(codes.Aborted, "the deletion of volume %q of this name is not settled yet", v.ID)
+	}
 	b, ok := s.backends.Load().get(v.Backend)
 	if !ok {
 		return errf(codes.FailedPrecondition, "volume %q of this name is being deleted and its backend %q is not loaded", v.ID, v.Backend)

@@ -230,6 +230,10 @@ func (s *Server) settleSnapshotDeletion(ctx context.Context, sn state.Snapshot) 
 	} else if err != nil {
 		return err
 	}
+	if s.settle.settling(snapKey(sn.ID)) {
+		// As in settleDeletion: a batch holds the removal of its record.
+		return errf(codes.Aborted, "the deletion of snapshot %q of this name is not settled yet", sn.ID)
+	}
 	b, ok := s.backends.Load().get(sn.Backend)
 	if !ok {
 		return errf(codes.FailedPrecondition, "snapshot %q of this name is being deleted and its backend %q is not loaded", sn.ID, sn.Backend)

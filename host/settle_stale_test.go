@@ -1,0 +1,135 @@
+package host_test
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// staleBatchDaemon starts localdir beside a second localdir backend,
+// "other", and returns the daemon and a function that takes other's pool
+// folder away (so that no batch holding one of its changes can sync) and
+// returns a function that brings it back.
+func staleBatchDaemon(t *testing.T) (*daemon, func() func()) {
+	o := localdirOptions(t)
+	o.more = []daemonModule{{name: "other", wasm: o.wasm, hostcalls: o.hostcalls, config: o.config}}
+	d := startDaemon(t, o)
+	other := d.pools["other"]
+	return d, func() func() {
+		away := other + ".away"
+		if err := os.Rename(other, away); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Rename(away, other) })
+		return func() {
+			if err := os.Rename(away, other); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestRecreatedVolumeOutlivesStaleDeletion: a deletion whose batch cannot
+// settle (another backend's pool folder does not sync) must not be
+// finished by a same-name CreateVolume while the batch still holds it: the
+// new volume gets the same ID, and the batch's completion, when it settles
+// at last, would remove the new volume's record.
+func TestRecreatedVolumeOutlivesStaleDeletion(t *testing.T) {
+	d, takeAway := staleBatchDaemon(t)
+	a := createVolume(t, d, &csi.CreateVolumeRequest{Name: "again"})
+	b := createVolume(t, d, &csi.CreateVolumeRequest{Name: "elsewhere", Parameters: map[string]string{backendParam: "other"}})
+	time.Sleep(500 * time.Millisecond) // both creates settled
+
+	// Both deletions land in one batch, which cannot sync other's pool
+	// folder while it is away.
+	if _, err := d.controller().DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: b.GetVolumeId()}); err != nil {
+		t.Fatal(err)
+	}
+	back := takeAway()
+	if _, err := d.controller().DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: a.GetVolumeId()}); err != nil {
+		t.Fatal(err)
+	}
+
+	req := &csi.CreateVolumeRequest{Name: "again", VolumeCapabilities: rwCaps()}
+	r, err := d.controller().CreateVolume(callCtx(t), req)
+	acked := err == nil
+	if err != nil && status.Code(err) != codes.Aborted {
+		t.Fatalf("CreateVolume of a name whose deletion is not settled: %v, want success or ABORTED", err)
+	}
+	if acked && r.GetVolume().GetVolumeId() != a.GetVolumeId() {
+		t.Fatalf("re-created volume %q, want the same ID %q", r.GetVolume().GetVolumeId(), a.GetVolumeId())
+	}
+	back()
+	time.Sleep(time.Second) // the retried batch settles
+	found := func(what string) {
+		t.Helper()
+		_, err := d.controller().ControllerGetVolume(callCtx(t), &csi.ControllerGetVolumeRequest{VolumeId: a.GetVolumeId()})
+		if status.Code(err) == codes.NotFound {
+			t.Fatalf("%s: the acknowledged re-created volume %s lost its record to the old deletion's completion", what, a.GetVolumeId())
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if acked {
+		found("first create")
+	}
+	createVolume(t, d, req)
+	time.Sleep(500 * time.Millisecond)
+	found("repeated create")
+}
+
+// TestRecreatedSnapshotOutlivesStaleDeletion is the same for a snapshot
+// and a same-name CreateSnapshot.
+func TestRecreatedSnapshotOutlivesStaleDeletion(t *testing.T) {
+	d, takeAway := staleBatchDaemon(t)
+	src := createVolume(t, d, &csi.CreateVolumeRequest{Name: "src"})
+	b := createVolume(t, d, &csi.CreateVolumeRequest{Name: "elsewhere", Parameters: map[string]string{backendParam: "other"}})
+	req := &csi.CreateSnapshotRequest{Name: "snap", SourceVolumeId: src.GetVolumeId()}
+	sn, err := d.controller().CreateSnapshot(callCtx(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sn.GetSnapshot().GetSnapshotId()
+	t.Cleanup(func() { d.controller().DeleteSnapshot(callCtx(t), &csi.DeleteSnapshotRequest{SnapshotId: id}) })
+	time.Sleep(500 * time.Millisecond)
+
+	if _, err := d.controller().DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: b.GetVolumeId()}); err != nil {
+		t.Fatal(err)
+	}
+	back := takeAway()
+	if _, err := d.controller().DeleteSnapshot(callCtx(t), &csi.DeleteSnapshotRequest{SnapshotId: id}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.controller().CreateSnapshot(callCtx(t), req)
+	acked := err == nil
+	if err != nil && status.Code(err) != codes.Aborted {
+		t.Fatalf("CreateSnapshot of a name whose deletion is not settled: %v, want success or ABORTED", err)
+	}
+	if acked && r.GetSnapshot().GetSnapshotId() != id {
+		t.Fatalf("re-created snapshot %q, want the same ID %q", r.GetSnapshot().GetSnapshotId(), id)
+	}
+	back()
+	time.Sleep(time.Second)
+	found := func(what string) {
+		t.Helper()
+		resp, err := d.controller().ListSnapshots(callCtx(t), &csi.ListSnapshotsRequest{SnapshotId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetEntries()) != 1 {
+			t.Fatalf("%s: the acknowledged re-created snapshot %s lost its record to the old deletion's completion", what, id)
+		}
+	}
+	if acked {
+		found("first create")
+	}
+	if _, err := d.controller().CreateSnapshot(callCtx(t), req); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	found("repeated create")
+}
