@@ -528,7 +528,15 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 		}
 		return nil, err
 	}
-	s.settle.add(id, dirs.Dirs(), func() error { return ignoreNotFound(s.store.DeleteVolumeSoon(id)) })
+	s.settle.add(id, dirs.Dirs(), func() error {
+		// The intent of the create that made the volume goes with it: one
+		// start-up could not complete would make the volume again at the
+		// next start.
+		if err := s.store.DropIntentSoon(state.VolumeIntentKey(v.Name), v.CreatedAt); err != nil {
+			return err
+		}
+		return ignoreNotFound(s.store.DeleteVolumeSoon(id))
+	})
 	return &csi.DeleteVolumeResponse{}, nil
 }
 
