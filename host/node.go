@@ -368,11 +368,23 @@ func (s *Server) livePublications(ctx context.Context, rec *state.Stage) ([]stat
 		if err != nil {
 			return nil, err
 		}
-		if mounted {
+		// A publication start-up adopted from the mount table that the CO
+		// never published again is not the CO's: it unpublished all it
+		// knows of before it unstages. Such a mount is most often a copy
+		// that mount propagation keeps of the staging mount (a kubelet
+		// folder bind-mounted at a second place), which lives exactly as
+		// long as the stage: counting it would refuse every NodeUnstage.
+		// Unmounting the staging path takes the copy with it.
+		adopted := p.PublishedAt.IsZero() && p.MountFlags == nil
+		if mounted && !adopted {
 			live = append(live, p)
 			continue
 		}
-		s.log.Info("forgetting publication whose target is not mounted", "volume", id, "target", p.TargetPath)
+		if mounted {
+			s.log.Info("forgetting adopted publication the CO did not publish again", "volume", id, "target", p.TargetPath)
+		} else {
+			s.log.Info("forgetting publication whose target is not mounted", "volume", id, "target", p.TargetPath)
+		}
 		if p.Block && p.ReadOnly {
 			forgotten = &p
 		}
