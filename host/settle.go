@@ -120,9 +120,9 @@ func (st *settler) loop() {
 }
 
 // batch syncs the folders of every queued operation, once each, and then
-// writes their completions in the order they were queued. If a folder
-// does not sync, nothing of the batch completes: it is tried again with
-// the next one, and start-up finishes it after a restart.
+// writes their completions in the order they were queued. The operations
+// on a folder that does not sync are tried again with the next batch (and
+// start-up finishes them after a restart); the others complete.
 func (st *settler) batch() {
 	st.mu.Lock()
 	q, w := st.queue, st.waiters
@@ -136,38 +136,61 @@ func (st *settler) batch() {
 	if len(q) == 0 {
 		return
 	}
-	seen := map[string]bool{}
+	// Each folder is synced once. An operation completes when all its
+	// folders synced; one whose folder did not waits for the next batch,
+	// and so does every later operation on any of its folders, so each
+	// folder's operations still complete in the order they were queued
+	// while a broken folder (one backend's storage failing) holds back
+	// only the operations on it, not every backend's.
+	synced, held := map[string]bool{}, map[string]bool{}
+	var done, again []settling
 	for _, op := range q {
+		ok := true
 		for _, d := range op.dirs {
-			if seen[d] {
-				continue
-			}
-			seen[d] = true
-			if err := syncFolder(d); err != nil {
-				st.log.Error("sync pool folder; its operations complete later", "folder", d, "err", err)
-				st.mu.Lock()
-				st.queue = append(q, st.queue...)
-				st.mu.Unlock()
-				select {
-				case st.kick <- struct{}{}:
-				default:
+			switch {
+			case held[d]:
+				ok = false
+			case synced[d]:
+			default:
+				if err := syncFolder(d); err != nil {
+					st.log.Error("sync pool folder; its operations complete later", "folder", d, "err", err)
+					held[d] = true
+					ok = false
+				} else {
+					synced[d] = true
 				}
-				return
 			}
 		}
+		if !ok {
+			for _, d := range op.dirs {
+				held[d] = true
+			}
+			again = append(again, op)
+			continue
+		}
+		done = append(done, op)
 	}
-	for _, op := range q {
+	for _, op := range done {
 		if err := op.complete(); err != nil {
 			st.log.Error("complete an operation; start-up finishes it", "key", op.key, "err", err)
 		}
 	}
 	st.mu.Lock()
-	for _, op := range q {
+	for _, op := range done {
 		if st.pending[op.key]--; st.pending[op.key] <= 0 {
 			delete(st.pending, op.key)
 		}
 	}
+	if len(again) > 0 {
+		st.queue = append(again, st.queue...)
+	}
 	st.mu.Unlock()
+	if len(again) > 0 {
+		select {
+		case st.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // syncFolder makes the entries of the folder path durable.

@@ -33,11 +33,13 @@ func staleBatchDaemon(t *testing.T) (*daemon, func() func()) {
 	}
 }
 
-// TestRecreatedVolumeOutlivesStaleDeletion: a deletion whose batch cannot
-// settle (another backend's pool folder does not sync) must not be
-// finished by a same-name CreateVolume while the batch still holds it: the
-// new volume gets the same ID, and the batch's completion, when it settles
-// at last, would remove the new volume's record.
+// TestRecreatedVolumeOutlivesStaleDeletion: a deletion whose batch has not
+// settled must not be finished by a same-name CreateVolume: the new volume
+// gets the same ID, and the batch's completion, when it settles, would
+// remove the new volume's record. (Since a broken folder holds back only
+// the operations on it, the deletion here settles and the create mostly
+// succeeds; the test then checks the outcome: the re-created volume keeps
+// its record.)
 func TestRecreatedVolumeOutlivesStaleDeletion(t *testing.T) {
 	d, takeAway := staleBatchDaemon(t)
 	a := createVolume(t, d, &csi.CreateVolumeRequest{Name: "again"})
@@ -132,4 +134,32 @@ func TestRecreatedSnapshotOutlivesStaleDeletion(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	found("repeated create")
+}
+
+// TestBrokenFolderHoldsOnlyItsOwn: while one backend's pool folder does not
+// sync, the other backends' operations still complete: a deletion on
+// localdir settles, so a same-name CreateVolume succeeds instead of
+// answering ABORTED until the other backend's storage recovers.
+func TestBrokenFolderHoldsOnlyItsOwn(t *testing.T) {
+	d, takeAway := staleBatchDaemon(t)
+	a := createVolume(t, d, &csi.CreateVolumeRequest{Name: "mine"})
+	b := createVolume(t, d, &csi.CreateVolumeRequest{Name: "theirs", Parameters: map[string]string{backendParam: "other"}})
+	time.Sleep(500 * time.Millisecond) // both creates settled
+
+	if _, err := d.controller().DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: b.GetVolumeId()}); err != nil {
+		t.Fatal(err)
+	}
+	back := takeAway()
+	defer back()
+	if _, err := d.controller().DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: a.GetVolumeId()}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // several batches: other's keeps failing
+	r, err := d.controller().CreateVolume(callCtx(t), &csi.CreateVolumeRequest{Name: "mine", VolumeCapabilities: rwCaps()})
+	if err != nil {
+		t.Fatalf("CreateVolume of a name whose deletion on a healthy backend should have settled: %v", err)
+	}
+	if r.GetVolume().GetVolumeId() != a.GetVolumeId() {
+		t.Fatalf("re-created volume %q, want %q", r.GetVolume().GetVolumeId(), a.GetVolumeId())
+	}
 }
