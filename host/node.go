@@ -375,8 +375,7 @@ func (s *Server) livePublications(ctx context.Context, rec *state.Stage) ([]stat
 		// folder bind-mounted at a second place), which lives exactly as
 		// long as the stage: counting it would refuse every NodeUnstage.
 		// Unmounting the staging path takes the copy with it.
-		adopted := p.PublishedAt.IsZero() && p.MountFlags == nil
-		if mounted && !adopted {
+		if mounted && !p.Adopted() {
 			live = append(live, p)
 			continue
 		}
@@ -472,7 +471,7 @@ func (s *Server) publishAt(ctx context.Context, rec *state.Stage, target string,
 			// A record start-up rebuilt from the mount table (no time)
 			// kept no mount flags, which the mount does not show: the
 			// first repeat supplies them.
-			adopted := p.PublishedAt.IsZero() && p.MountFlags == nil
+			adopted := p.Adopted()
 			if p.ReadOnly != readOnly || p.Block != c.Block || !adopted && !slices.Equal(p.MountFlags, c.MountFlags) {
 				return errf(codes.AlreadyExists, "volume %q is published at %q with other arguments", id, target)
 			}

@@ -169,3 +169,9 @@ type Publish struct {
 	AccessMode  int32             `wire:"11"`
 	PublishedAt time.Time         `wire:"12"`
 }
+
+// Adopted reports whether start-up rebuilt p from the mount table and the
+// CO has not published it again since: such a record has no time and no
+// mount flags, which the mount table does not show (host/RATIONALE.md,
+// "Records").
+func (p *Publish) Adopted() bool { return p.PublishedAt.IsZero() && p.MountFlags == nil }
