@@ -110,20 +110,82 @@ func MinimumSize(fstype string) (int64, error) {
 // signature at all. Only "" means the device may be formatted. Signatures
 // that contradict each other are an abi.FailedPrecondition error.
 func Probe(ctx context.Context, device string) (string, error) {
-	if err := checkDevice(device); err != nil {
-		return "", fmt.Errorf("probe %s: %w", device, err)
+	in, err := Inspect(ctx, device)
+	if err != nil {
+		return "", err
 	}
-	// blkid exits with 2 ("nothing found") also when it cannot read the
-	// device; make sure it can, so that 2 really means blank.
-	if err := checkReadable(device); err != nil {
-		return "", fmt.Errorf("probe %s: %w", device, err)
+	in.Close()
+	return in.Type, nil
+}
+
+// Inspection is what Inspect learned of a device.
+type Inspection struct {
+	// Type is what Probe reports.
+	Type string
+	// Size is what ReadSize reports, valid when SizeOK is set.
+	Size   Size
+	SizeOK bool
+	f      *os.File
+}
+
+// Close lets the device go. Until then the device stays open, and with it
+// the kernel's cache of the bytes Inspect read: a mount made before Close
+// reads its superblock from memory instead of the device (closing a block
+// device's last opener drops that cache).
+func (in *Inspection) Close() error {
+	if in.f == nil {
+		return nil
+	}
+	err := in.f.Close()
+	in.f = nil
+	return err
+}
+
+// Inspect is Probe and ReadSize with one open and one read of the
+// device's first bytes: a stage of a formatted volume needs both, and
+// each read of a freshly attached device goes to its storage (a loop
+// device with direct I/O reads the backing file past the page cache).
+// The caller must Close the result.
+func Inspect(ctx context.Context, device string) (*Inspection, error) {
+	if err := checkDevice(device); err != nil {
+		return nil, fmt.Errorf("probe %s: %w", device, err)
+	}
+	f, err := os.OpenFile(device, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+			err = abi.Errorf(abi.PermissionDenied, "%v", err)
+		}
+		return nil, fmt.Errorf("probe %s: %w", device, err)
+	}
+	in := &Inspection{f: f}
+	// The read also proves the device readable, so that blkid's "nothing
+	// found" below really means blank.
+	buf := make([]byte, superblockBytes)
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		in.Close()
+		return nil, fmt.Errorf("probe %s: read: %w", device, err)
 	}
 	// A filesystem this package makes is recognized in process (magic.go).
-	if fstype, err := knownFS(device); err != nil {
-		return "", fmt.Errorf("probe %s: %w", device, err)
-	} else if fstype != "" {
-		return fstype, nil
+	if in.Type = knownMagic(buf[:n]); in.Type != "" {
+		size, err := ioctlSize(f)
+		if err != nil {
+			in.Close()
+			return nil, fmt.Errorf("size of %s: %w", device, err)
+		}
+		in.Size, in.SizeOK = sizeOf(buf[:n], size, int64(os.Getpagesize()))
+		return in, nil
 	}
+	if in.Type, err = blkidProbe(ctx, device); err != nil {
+		in.Close()
+		return nil, err
+	}
+	return in, nil
+}
+
+// blkidProbe is Probe for a device whose first bytes hold no filesystem
+// this package knows.
+func blkidProbe(ctx context.Context, device string) (string, error) {
 	out, err := run(ctx, "blkid", "-p", "-o", "export", device)
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
@@ -290,23 +352,6 @@ func checkDevice(device string) error {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
 		return abi.Errorf(abi.InvalidArgument, "not a block device")
-	}
-	return nil
-}
-
-// checkReadable reads the first sector of device.
-func checkReadable(device string) error {
-	f, err := os.OpenFile(device, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
-			return abi.Errorf(abi.PermissionDenied, "%v", err)
-		}
-		return err
-	}
-	defer f.Close()
-	var sector [512]byte
-	if _, err := f.ReadAt(sector[:], 0); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("read: %w", err)
 	}
 	return nil
 }

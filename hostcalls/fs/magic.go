@@ -3,11 +3,6 @@ package fs
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
-	"io"
-	"os"
-
-	"golang.org/x/sys/unix"
 )
 
 // Fast recognition of the filesystems this package makes. Running blkid
@@ -32,22 +27,6 @@ const (
 	extIncompat64Bit    = 0x80
 	extIncompatFlexBG   = 0x200
 )
-
-// knownFS returns the filesystem whose magic the device's first bytes
-// carry, or "" when none of ext2/3/4, xfs or btrfs matches.
-func knownFS(device string) (string, error) {
-	f, err := os.OpenFile(device, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	buf := make([]byte, probeBytes)
-	n, err := f.ReadAt(buf, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return "", err
-	}
-	return knownMagic(buf[:n]), nil
-}
 
 // knownMagic recognizes a superblock in the first bytes of a device.
 func knownMagic(b []byte) string {

@@ -2,6 +2,8 @@ package fs
 
 import (
 	"context"
+	"io"
+	"os"
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop/looptest"
@@ -26,13 +28,29 @@ func TestKnownFSAgreesWithBlkid(t *testing.T) {
 	} {
 		t.Run(tc.fstype, func(t *testing.T) {
 			dev, _ := looptest.Device(t, tc.size)
-			if got, err := knownFS(dev); err != nil || got != "" {
-				t.Fatalf("blank device recognized as %q (%v)", got, err)
+			if got, err := Probe(ctx, dev); err != nil || got != "" {
+				t.Fatalf("blank device probed as %q (%v)", got, err)
 			}
 			mounttest.Mkfs(t, tc.fstype, dev, tc.mkfs...)
-			got, err := knownFS(dev)
+			in, err := Inspect(ctx, dev)
 			if err != nil {
 				t.Fatal(err)
+			}
+			in.Close()
+			got := in.Type
+			if got != knownMagicOf(t, dev) {
+				t.Fatalf("Inspect says %q, the magic alone %q", got, knownMagicOf(t, dev))
+			}
+			// The size Inspect read along is ReadSize's.
+			size, ok, err := ReadSize(ctx, dev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok != in.SizeOK || size != in.Size {
+				t.Fatalf("Inspect size %+v (%v), ReadSize %+v (%v)", in.Size, in.SizeOK, size, ok)
+			}
+			if want := tc.fstype == "ext4" || tc.fstype == "xfs" || tc.fstype == "btrfs"; ok != want {
+				t.Fatalf("size read: %v, want %v", ok, want)
 			}
 			out, err := run(ctx, "blkid", "-p", "-s", "TYPE", "-o", "value", dev)
 			if err != nil {
@@ -43,6 +61,22 @@ func TestKnownFSAgreesWithBlkid(t *testing.T) {
 			}
 		})
 	}
+}
+
+// knownMagicOf reads the first bytes of dev and recognizes them.
+func knownMagicOf(t *testing.T, dev string) string {
+	t.Helper()
+	f, err := os.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, superblockBytes)
+	n, err := io.ReadFull(f, b)
+	if err != nil && n == 0 {
+		t.Fatal(err)
+	}
+	return knownMagic(b[:n])
 }
 
 func trimNL(b []byte) []byte {

@@ -45,9 +45,8 @@ const superblockBytes = 64<<10 + 4<<10
 // ReadSize reads the superblock of the ext4, xfs or btrfs filesystem on an
 // unmounted device, in process. ok is false when the device holds none of
 // them (or an ext2/ext3 without the features this package grows, or a
-// btrfs spanning several devices). The host uses it at stage time to grow
-// a filesystem that a restore or clone into a larger volume left smaller
-// than its device.
+// btrfs spanning several devices). Inspect reports the same along with
+// its probe, from the same read.
 func ReadSize(ctx context.Context, device string) (s Size, ok bool, err error) {
 	if err := checkDevice(device); err != nil {
 		return Size{}, false, fmt.Errorf("size of filesystem on %s: %w", device, err)

@@ -66,10 +66,19 @@ func DeviceSize(ctx context.Context, device string) (int64, error) {
 		return 0, fmt.Errorf("size of %s: %w", device, err)
 	}
 	defer f.Close()
+	size, err := ioctlSize(f)
+	if err != nil {
+		return 0, fmt.Errorf("size of %s: %w", device, err)
+	}
+	return size, nil
+}
+
+// ioctlSize returns the size of the open block device f.
+func ioctlSize(f *os.File) (int64, error) {
 	var size uint64
 	_, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&size)))
 	if e != 0 {
-		return 0, fmt.Errorf("size of %s: BLKGETSIZE64: %w", device, e)
+		return 0, fmt.Errorf("BLKGETSIZE64: %w", e)
 	}
 	return int64(size), nil
 }

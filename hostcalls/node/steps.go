@@ -28,10 +28,15 @@ func (n *Node) FormatAndMount(ctx context.Context, dev, target, fstype string, f
 	if err := os.MkdirAll(target, 0o750); err != nil {
 		return fmt.Errorf("create staging path %s: %w", target, err)
 	}
-	found, err := fs.Probe(ctx, dev)
+	// One read of the device tells what it holds and its size; the
+	// device stays open until the mount, which then finds its superblock
+	// in memory.
+	in, err := fs.Inspect(ctx, dev)
 	if err != nil {
 		return fmt.Errorf("probe %s: %w", dev, err)
 	}
+	defer in.Close()
+	found := in.Type
 	switch {
 	case found == "" && readOnly:
 		return errf(codes.FailedPrecondition, "device %s is blank and the volume is read-only: nothing to mount", dev)
@@ -39,6 +44,7 @@ func (n *Node) FormatAndMount(ctx context.Context, dev, target, fstype string, f
 		if fstype == "" {
 			fstype = "ext4"
 		}
+		in.Close() // mkfs wants the device to itself
 		if err := fs.Make(ctx, dev, fstype, fs.MakeOptions{}); err != nil {
 			return fmt.Errorf("make %s on %s: %w", fstype, dev, err)
 		}
@@ -49,7 +55,7 @@ func (n *Node) FormatAndMount(ctx context.Context, dev, target, fstype string, f
 	}
 	growMounted := false
 	if found != "" && !readOnly && !slices.Contains(flags, "ro") {
-		if growMounted, err = n.growToDevice(ctx, dev, fstype); err != nil {
+		if growMounted, err = n.growToDevice(ctx, in, dev, fstype); err != nil {
 			return err
 		}
 	}
@@ -61,7 +67,9 @@ func (n *Node) FormatAndMount(ctx context.Context, dev, target, fstype string, f
 		// refuses a second mount of one UUID without nouuid.
 		flags = append(slices.Clone(flags), "nouuid")
 	}
-	if _, err = mount.Mount(ctx, dev, target, fstype, flags); err != nil || !growMounted {
+	_, err = mount.Mount(ctx, dev, target, fstype, flags)
+	in.Close()
+	if err != nil || !growMounted {
 		return err
 	}
 	if err := fs.Grow(ctx, dev, target, fstype); err != nil {
@@ -79,19 +87,18 @@ func (n *Node) FormatAndMount(ctx context.Context, dev, target, fstype string, f
 // holds the source's filesystem. ext4 grows here, offline (a forced check,
 // then resize2fs), which needs no CAP_SYS_RESOURCE, unlike online growth;
 // xfs and btrfs grow only mounted, so mounted reports that the caller must
-// grow after mounting.
-func (n *Node) growToDevice(ctx context.Context, dev, fstype string) (mounted bool, err error) {
-	size, ok, err := fs.ReadSize(ctx, dev)
-	if err != nil {
-		return false, fmt.Errorf("read filesystem size on %s: %w", dev, err)
-	}
-	if !ok || size.Type != fstype || !size.Growable() {
+// grow after mounting. in is the device's inspection; an offline grow
+// closes it, as the tools want the device to themselves.
+func (n *Node) growToDevice(ctx context.Context, in *fs.Inspection, dev, fstype string) (mounted bool, err error) {
+	size := in.Size
+	if !in.SizeOK || size.Type != fstype || !size.Growable() {
 		return false, nil
 	}
 	n.log.Info("growing filesystem to its device", "device", dev, "fstype", fstype, "bytes", size.Bytes, "device_bytes", size.DeviceBytes)
 	if fstype != fs.Ext4 {
 		return true, nil
 	}
+	in.Close()
 	if err := fs.Grow(ctx, dev, "", fstype); err != nil {
 		return false, fmt.Errorf("grow %s on %s to its device: %w", fstype, dev, err)
 	}
