@@ -190,6 +190,15 @@ func run(ctx context.Context, cfg config) (err error) {
 			return fmt.Errorf("floor: round %d: %w", r+1, err)
 		}
 		add("Publish+Unpublish", "floor", v)
+		// What any CSI driver's stage cycle pays before it does anything:
+		// two gRPC round trips, timed with a call that does no work.
+		for _, d := range drivers {
+			v, err := rpcPair(ctx, d, cfg.dur/4)
+			if err != nil {
+				return fmt.Errorf("%s: round %d: %w", d.name, r+1, err)
+			}
+			add(rpcPairMetric, d.name, v)
+		}
 		for _, k := range stageCycleKinds {
 			if stageSkip != "" {
 				break
@@ -226,6 +235,11 @@ func run(ctx context.Context, cfg config) (err error) {
 			}
 		}
 	}
+	for _, d := range []string{"wasmcsi", "hostpath"} {
+		if vs, ok := res[rpcPairMetric][d]; ok {
+			fmt.Printf("%-28s %-9s %s  %8.0f\n", rpcPairMetric, d, roundCells(vs, "%8.0f"), median(vs))
+		}
+	}
 	fmt.Println()
 	fmt.Printf("%-28s %-26s %s  %8s  %s\n", "metric", "ratio", roundHeader(cfg.rounds), "median", "range")
 	ratio := func(m, label string, num, den []float64, target string) {
@@ -239,6 +253,18 @@ func run(ctx context.Context, cfg config) (err error) {
 		lo, hi := minmax(rs)
 		fmt.Printf("%-28s %-26s %s  %7.2fx  %.2f-%.2fx  (target %s)\n", m, label, roundCells(rs, "%7.2fx"), median(rs), lo, hi, target)
 	}
+	// info prints a ratio that has no target, for context.
+	info := func(m, label string, num, den []float64) {
+		if len(num) == 0 || len(num) != len(den) {
+			return
+		}
+		rs := make([]float64, len(num))
+		for i := range num {
+			rs[i] = num[i] / den[i]
+		}
+		lo, hi := minmax(rs)
+		fmt.Printf("%-28s %-26s %s  %7.2fx  %.2f-%.2fx\n", m, label, roundCells(rs, "%7.2fx"), median(rs), lo, hi)
+	}
 	ratio(metrics[0], "wasmcsi/hostpath", res[metrics[0]]["wasmcsi"], res[metrics[0]]["hostpath"], ">= 1.0x")
 	ratio(metrics[1], "wasmcsi/hostpath", res[metrics[1]]["wasmcsi"], res[metrics[1]]["hostpath"], ">= 1.5x")
 	ratio(metrics[2], "wasmcsi/hostpath", res[metrics[2]]["wasmcsi"], res[metrics[2]]["hostpath"], ">= 20x")
@@ -248,7 +274,31 @@ func run(ctx context.Context, cfg config) (err error) {
 	for _, k := range stageCycleKinds {
 		ratio(k.name, "wasmcsi/floor (time)", res[k.name]["wasmcsi"], res[k.name]["floor"], "<= 1.5x")
 	}
+	// How much of the stage target two calls that do nothing use up.
+	for _, k := range stageCycleKinds {
+		info(k.name, "2 no-op RPCs/floor (time)", res[rpcPairMetric]["wasmcsi"], res[k.name]["floor"])
+	}
 	return nil
+}
+
+// rpcPairMetric names the time of two gRPC calls that do no work.
+const rpcPairMetric = "2 no-op RPCs, us"
+
+// rpcPair returns the median time, in microseconds, of two
+// NodeGetCapabilities calls in a row (a stage cycle's two round trips,
+// without the work), over dur.
+func rpcPair(ctx context.Context, d *driver, dur time.Duration) (float64, error) {
+	var ts []float64
+	for deadline := time.Now().Add(dur); time.Now().Before(deadline) || len(ts) < 3; {
+		start := time.Now()
+		for range 2 {
+			if _, err := d.node.NodeGetCapabilities(ctx, &csi.NodeGetCapabilitiesRequest{}); err != nil {
+				return 0, fmt.Errorf("NodeGetCapabilities: %w", err)
+			}
+		}
+		ts = append(ts, float64(time.Since(start).Nanoseconds())/1e3)
+	}
+	return median(ts), nil
 }
 
 func roundHeader(n int) string {
