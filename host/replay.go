@@ -45,6 +45,9 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 	var dirs hostcalls.DirSyncs
 	var complete []func() error
 	deleting := map[string]bool{}
+	// The backends whose operations were repeated: only their pool
+	// folders may hold a change whose sync the crash cut off.
+	repeated := map[string]bool{}
 	for _, v := range dels {
 		deleting[v.Name] = true
 		b, ok := s.backends.Load().get(v.Backend)
@@ -52,6 +55,7 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 			s.log.Warn("volume being deleted waits for its backend", "volume", v.ID, "backend", v.Backend)
 			continue
 		}
+		repeated[b.name] = true
 		if err := b.call(s.deferSyncs(ctx, b, &dirs), abi.OpDeleteVolume, &abi.DeleteVolumeRequest{Volume: volumeRef(&v)}, &abi.Empty{}); err != nil {
 			s.log.Error("finish the deletion of a volume; the next DeleteVolume or start tries again", "volume", v.ID, "err", err)
 			continue
@@ -65,6 +69,7 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 			s.log.Warn("snapshot being deleted waits for its backend", "snapshot", sn.ID, "backend", sn.Backend)
 			continue
 		}
+		repeated[b.name] = true
 		if err := s.callDeleteSnapshot(s.deferSyncs(ctx, b, &dirs), b, &sn); err != nil {
 			s.log.Error("finish the deletion of a snapshot; the next DeleteSnapshot or start tries again", "snapshot", sn.ID, "err", err)
 			continue
@@ -95,6 +100,7 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 			complete = append(complete, drop)
 			continue
 		}
+		repeated[b.name] = true
 		v, err := s.createAndRecord(s.deferSyncs(ctx, b, &dirs), b, &in, &mreq)
 		if err != nil {
 			s.log.Error("finish a logged create; the next CreateVolume of its name or start tries again", "name", name, "err", err)
@@ -105,8 +111,10 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 	}
 	// A repeated create that found its volume may not have touched, nor
 	// reported, the pool folder whose sync the crash cut off: sync every
-	// pool folder, then complete.
-	if err := s.syncPools(dirs.Dirs(), slices.Collect(maps.Keys(s.cfg.Modules))...); err != nil {
+	// pool folder of the backends that repeated something, then complete.
+	// Another backend's folders are not waited for: one whose storage
+	// fails would hold back every backend's completions.
+	if err := s.syncPools(dirs.Dirs(), slices.Sorted(maps.Keys(repeated))...); err != nil {
 		s.log.Error("the operations finished now complete at the next start", "err", err)
 		return
 	}

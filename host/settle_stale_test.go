@@ -2,12 +2,16 @@ package host_test
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/host/state"
 )
 
 // staleBatchDaemon starts localdir beside a second localdir backend,
@@ -161,5 +165,61 @@ func TestBrokenFolderHoldsOnlyItsOwn(t *testing.T) {
 	}
 	if r.GetVolume().GetVolumeId() != a.GetVolumeId() {
 		t.Fatalf("re-created volume %q, want %q", r.GetVolume().GetVolumeId(), a.GetVolumeId())
+	}
+}
+
+// TestBrokenFolderHoldsOnlyItsOwnAtStart: start-up repeats the operations a
+// crash left logged and completes them once the pool folders they touched
+// are synced. A backend whose pool folder cannot be synced, and which had
+// nothing to repeat, must not hold them back: before, start-up synced every
+// backend's folders, and one failure left every logged operation to be
+// repeated at the next start, and the next.
+func TestBrokenFolderHoldsOnlyItsOwnAtStart(t *testing.T) {
+	o := localdirOptions(t)
+	// A folder of the other backend's that cannot be synced: fsync of a
+	// folder of procfs fails (EINVAL), as it would on failing storage.
+	o.more = []daemonModule{{name: "other", wasm: o.wasm, hostcalls: o.hostcalls, config: o.config, extraRoots: []string{"/proc/sys"}}}
+	d := startDaemon(t, o)
+	d.stop()
+	store, err := state.Open(filepath.Join(d.cfg.StateDir, "wasmcsi.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mreq := abi.CreateVolumeRequest{
+		Name: "logged", RequiredBytes: 1 << 20,
+		Capabilities: []abi.Capability{{AccessMode: abi.AccessSingleNodeWriter}},
+	}
+	intent := state.Intent{
+		Key: state.VolumeIntentKey(mreq.Name), Op: string(abi.OpCreateVolume), Backend: "localdir",
+		Request: mreq.AppendWire(nil), CreatedAt: time.Now().UTC(),
+	}
+	if err := store.LogIntent(intent); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d.start(t)
+	var id string
+	if r, err := d.controller().ListVolumes(callCtx(t), &csi.ListVolumesRequest{}); err != nil {
+		t.Fatal(err)
+	} else if len(r.GetEntries()) != 1 {
+		t.Fatalf("start-up should have finished the logged create; listed %v", r.GetEntries())
+	} else {
+		id = r.GetEntries()[0].GetVolume().GetVolumeId()
+	}
+	d.stop()
+	store, err = state.Open(filepath.Join(d.cfg.StateDir, "wasmcsi.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	if in, err := store.ListIntents(); err != nil {
+		t.Fatal(err)
+	} else if len(in) != 0 {
+		t.Fatalf("the finished create is still logged, to be repeated at every start: %+v", in)
+	}
+	if v, err := store.GetVolume(id); err != nil || v.Name != mreq.Name {
+		t.Fatalf("record of the finished create: %+v, %v", v, err)
 	}
 }
