@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
 )
 
 func TestCallGood(t *testing.T) {
@@ -70,6 +71,25 @@ func TestCallGood(t *testing.T) {
 				t.Fatalf("instance replaced after a normal answer")
 			}
 		})
+	}
+}
+
+// TestHostCallsShareTheCallersMemo: a host call runs under the caller's
+// context, so what it puts in the caller's memo (hostcalls.Memo) is there
+// for the caller's next step once the call returns: the host relies on it
+// to reuse a loop device's description after node_stage.
+func TestHostCallsShareTheCallersMemo(t *testing.T) {
+	r, errs := startRuntime(t, map[string]string{"good": "good"}, nil, nil)
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	m := mustModule(t, r, "good")
+	ctx := hostcalls.WithMemo(context.Background())
+	if _, err := m.Call(ctx, abi.OpDeleteVolume, []byte("memo")); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := hostcalls.MemoOf(ctx).Load("test_echo"); !ok || v != "seen" {
+		t.Fatalf("caller's memo after the call = %v, %v; want the host call's mark", v, ok)
 	}
 }
 
