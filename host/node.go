@@ -13,6 +13,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/host/state"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
 )
 
 // The node service. A module's node_stage only says which device or
@@ -144,11 +145,14 @@ func stagedAs(old *state.Stage, c abi.Capability) bool {
 // what the backend set up when a generic step fails. With record set, the
 // stage record is written as soon as the backend has named the device or
 // directory, synced while the generic steps run, and removed again when
-// they fail; without it the caller records the stage.
+// they fail; without it the caller records the stage. One memo spans the
+// module's call and the device's claim after it (hostcalls.Memo), so the
+// claim need not describe again the device node_stage just set up.
 func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publishCtx, secrets map[string]string, record bool) error {
 	if !b.has(abi.OpNodeStage) {
 		return errf(codes.FailedPrecondition, "backend %q has no node_stage: it cannot serve volumes on nodes", b.name)
 	}
+	ctx = hostcalls.WithMemo(ctx)
 	c := abi.Capability{Block: rec.Block, FsType: rec.FsType, MountFlags: rec.MountFlags, AccessMode: abi.AccessMode(rec.AccessMode)}
 	mreq := abi.NodeStageRequest{Volume: nodeVolumeRef(rec.VolumeID, rec.VolumeContext), PublishContext: publishCtx, StagingPath: rec.StagingPath, Capability: c, Secrets: secrets}
 	var resp abi.NodeStageResponse
@@ -327,7 +331,9 @@ func (s *Server) unstage(ctx context.Context, rec *state.Stage) error {
 		return nil
 	}
 	mreq := abi.NodeUnstageRequest{Volume: nodeVolumeRef(rec.VolumeID, rec.VolumeContext), Device: rec.Device, Directory: rec.Directory, StageContext: rec.Context}
-	return b.call(ctx, abi.OpNodeUnstage, &mreq, &abi.Empty{})
+	// The memo lets the module's host calls share what they learn (a
+	// loop device loop_find described, which loop_detach then detaches).
+	return b.call(hostcalls.WithMemo(ctx), abi.OpNodeUnstage, &mreq, &abi.Empty{})
 }
 
 // unstageUnrecorded lets the backend release what a NodeStage cut off by a

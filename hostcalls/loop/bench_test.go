@@ -2,10 +2,14 @@ package loop_test
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop/looptest"
 )
@@ -95,5 +99,52 @@ func attachDetach(b *testing.B, file string) {
 		if err := loop.Detach(ctx, d.Path); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkStageUnstageCalls measures the loop work of one NodeStage and
+// one NodeUnstage of a loopfile volume, each its own operation (memo):
+// loop_attach and the host's claim of the device, then loop_find and
+// loop_detach.
+func BenchmarkStageUnstageCalls(b *testing.B) {
+	looptest.Require(b)
+	root := b.TempDir()
+	file := filepath.Join(root, "v.img")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Truncate(file, 64*mib); err != nil {
+		b.Fatal(err)
+	}
+	env := &hostcalls.Env{Module: "bench", Roots: []string{root}}
+	calls := map[string]hostcalls.Func{}
+	for _, f := range loop.Bindings() {
+		calls[f.Name] = f
+	}
+	call := func(ctx context.Context, name string, req, resp hostcalls.Message) {
+		out, err := calls[name].Call(ctx, env, req.AppendWire(nil))
+		if err != nil {
+			b.Fatalf("%s: %v", name, err)
+		}
+		if err := resp.UnmarshalWire(out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Cleanup(func() {
+		if d, ok, err := loop.Find(context.Background(), file); err == nil && ok {
+			loop.Detach(context.Background(), d.Path)
+		}
+	})
+	for b.Loop() {
+		stage := hostcalls.WithMemo(context.Background())
+		var dev abi.LoopDevice
+		call(stage, abi.HostCallLoopAttach, &abi.LoopAttachRequest{File: file}, &dev)
+		if _, owned, err := loop.Devices.OwnsDevice(stage, hostcalls.Device{Path: dev.Path, Real: dev.Path}, env.Roots); err != nil || !owned {
+			b.Fatalf("claim of %s: %v, %v", dev.Path, owned, err)
+		}
+		unstage := hostcalls.WithMemo(context.Background())
+		var found abi.LoopFindResponse
+		call(unstage, abi.HostCallLoopFind, &abi.LoopFileRequest{File: file}, &found)
+		call(unstage, abi.HostCallLoopDetach, &abi.LoopDeviceRequest{Device: found.Device.Path}, &abi.Empty{})
 	}
 }

@@ -81,18 +81,21 @@ func resizeCall(ctx context.Context, env *hostcalls.Env, req *abi.LoopDeviceRequ
 }
 
 func detachCall(ctx context.Context, env *hostcalls.Env, req *abi.LoopDeviceRequest) (*abi.Empty, error) {
-	d, bound, err := grantedDevice(ctx, env, req.Device)
+	// The grant check reads the device through the descriptor that then
+	// detaches it: one open and one status for both.
+	var detached Device
+	err := detach(ctx, req.Device, func(d Device) error {
+		if err := granted(env, d); err != nil {
+			return err
+		}
+		detached = d
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("detach %s: %w", req.Device, err)
-	}
-	if !bound {
-		return &abi.Empty{}, nil
-	}
-	if err := Detach(ctx, d.Path); err != nil {
 		return nil, err
 	}
-	if env.Log != nil {
-		env.Log.Info("loop device detached", "device", d.Path, "file", d.BackingFile)
+	if env.Log != nil && detached.Path != "" {
+		env.Log.Info("loop device detached", "device", detached.Path, "file", detached.BackingFile)
 	}
 	return &abi.Empty{}, nil
 }
@@ -108,12 +111,21 @@ func grantedDevice(ctx context.Context, env *hostcalls.Env, dev string) (Device,
 	if err != nil || !bound {
 		return Device{}, false, err
 	}
+	if err := granted(env, d); err != nil {
+		return Device{}, false, err
+	}
+	return d, true, nil
+}
+
+// granted checks that the bound device d is backed by a file in the
+// caller's roots (PermissionDenied otherwise).
+func granted(env *hostcalls.Env, d Device) error {
 	// The kernel's path is resolved (no symlinks) and follows renames, so
 	// a lexical check is exact here.
 	if _, err := hostcalls.Confine(env.Roots, d.BackingFile, false); err != nil {
-		return Device{}, false, abi.Errorf(abi.PermissionDenied, "the device's backing file is outside the granted roots")
+		return abi.Errorf(abi.PermissionDenied, "the device's backing file is outside the granted roots")
 	}
-	return d, true, nil
+	return nil
 }
 
 // openConfined opens path, which must lie inside one of roots, relative to

@@ -15,6 +15,28 @@
 // one with a " (deleted)" suffix. BackingFile carries the path sysfs shows,
 // without that suffix; BackingDeleted says the suffix was real.
 //
+// # One description per operation
+//
+// Describing a device (LOOP_GET_STATUS64, BLKGETSIZE64 and the sysfs
+// backing_file) is done once per operation: what Attach, Find or Status
+// described goes into the operation's memo (hostcalls.Memo), keyed by the
+// device's path, and a later look at the same device in the same operation
+// (the host's claim after node_stage, the grant check of loop_detach after
+// loop_find) reads only the device's status and disk sequence number, by
+// ioctl, and reuses the backing file's path when both say the device is
+// still bound as it was. The kernel bumps the disk sequence number on every
+// bind and unbind (LOOP_CONFIGURE, LOOP_CLR_FD), and the status names the
+// backing file by st_dev and st_ino, so a device detached and bound again
+// meanwhile, to another file or to the same one, is described afresh.
+// What a reused description cannot see is a rename or unlink of the backing
+// file during the operation, as a fresh one cannot see one between its
+// sysfs read and its use. Before Linux 5.15 (no BLKGETDISKSEQ) only the
+// status tells bindings apart.
+//
+// The loop_detach host call checks its grant through the descriptor that
+// then detaches the device (opened O_EXCL): one open and one status for
+// both.
+//
 // # Concurrency
 //
 // Attach takes no process-wide lock. Picking a device is the kernel's job:

@@ -34,21 +34,23 @@ func (id fileID) matchesInfo(info *unix.LoopInfo64) bool {
 var hints sync.Map // fileID -> device path
 
 // findFile returns the bound device backing the file id that match
-// accepts, trying the hint first.
+// accepts, trying the hint first. The device is remembered in ctx's memo.
 func findFile(ctx context.Context, id fileID, match func(Device) bool) (Device, bool, error) {
 	if v, ok := hints.Load(id); ok {
 		if err := ctx.Err(); err != nil {
 			return Device{}, false, err
 		}
-		d, bound, err := readDevice(v.(string))
+		d, seq, bound, err := readDeviceIf(v.(string), nil)
 		if err == nil && bound && id.matches(d) && match(d) {
+			remember(ctx, d, seq)
 			return d, true, nil
 		}
 		hints.CompareAndDelete(id, v)
 	}
-	d, ok, err := walkFind(ctx, id.matchesInfo, func(d Device) bool { return id.matches(d) && match(d) })
+	d, seq, ok, err := walkFind(ctx, id.matchesInfo, func(d Device) bool { return id.matches(d) && match(d) })
 	if ok {
 		hints.Store(id, d.Path)
+		remember(ctx, d, seq)
 	}
 	return d, ok, err
 }
@@ -58,7 +60,7 @@ func findFile(ctx context.Context, id fileID, match func(Device) bool) (Device, 
 // volume records.
 func List(ctx context.Context) ([]Device, error) {
 	var devs []Device
-	err := walk(ctx, nil, func(d Device) bool {
+	err := walk(ctx, nil, func(d Device, _ uint64) bool {
 		devs = append(devs, d)
 		return false
 	})
@@ -70,40 +72,75 @@ func List(ctx context.Context) ([]Device, error) {
 
 // Status describes one loop device; bound is false when no file backs it
 // (or the node does not exist). It reads only that device, where List
-// walks them all.
+// walks them all. Within an operation whose ctx carries a memo
+// (hostcalls.WithMemo) that already described the device, it reads its
+// status and size but reuses the backing file's path, once the kernel
+// confirms that the device is still bound as it was then (recall).
 func Status(ctx context.Context, dev string) (d Device, bound bool, err error) {
+	return status(ctx, dev, true)
+}
+
+// status is Status; without size, a description the memo confirms keeps
+// the size it had then.
+func status(ctx context.Context, dev string, size bool) (d Device, bound bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return Device{}, false, err
 	}
-	return readDevice(dev)
+	f, err := os.OpenFile(dev, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENXIO) {
+		return Device{}, false, nil
+	}
+	if err != nil {
+		return Device{}, false, err
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	info, err := unix.IoctlLoopGetStatus64(fd)
+	if errors.Is(err, unix.ENXIO) {
+		return Device{}, false, nil
+	}
+	if err != nil {
+		return Device{}, false, fmt.Errorf("%s: LOOP_GET_STATUS64: %w", dev, err)
+	}
+	d, err = recall(ctx, dev, fd, info, size)
+	if errors.Is(err, unix.ENXIO) {
+		return Device{}, false, nil
+	}
+	if err != nil {
+		return Device{}, false, fmt.Errorf("%s: %w", dev, err)
+	}
+	return d, true, nil
 }
 
 // find returns the first bound device that match accepts.
 func find(ctx context.Context, match func(Device) bool) (Device, bool, error) {
-	return walkFind(ctx, nil, match)
+	d, _, ok, err := walkFind(ctx, nil, match)
+	return d, ok, err
 }
 
 // walkFind returns the first bound device that match accepts among those
-// whose raw status pre accepts (all when pre is nil).
-func walkFind(ctx context.Context, pre func(*unix.LoopInfo64) bool, match func(Device) bool) (Device, bool, error) {
+// whose raw status pre accepts (all when pre is nil), and its disk
+// sequence number.
+func walkFind(ctx context.Context, pre func(*unix.LoopInfo64) bool, match func(Device) bool) (Device, uint64, bool, error) {
 	var found Device
+	var seq uint64
 	var ok bool
-	err := walk(ctx, pre, func(d Device) bool {
+	err := walk(ctx, pre, func(d Device, s uint64) bool {
 		if match(d) {
-			found, ok = d, true
+			found, seq, ok = d, s, true
 		}
 		return ok
 	})
-	return found, ok, err
+	return found, seq, ok, err
 }
 
-// walk calls fn for each bound loop device in device-number order until fn
-// returns true. Bound devices are those with a loop/backing_file in sysfs;
-// each is then opened for LOOP_GET_STATUS64, which is where the backing
-// file's identity lives. A device unbound meanwhile is skipped, and so is
+// walk calls fn for each bound loop device (and its disk sequence number)
+// in device-number order until fn returns true. Bound devices are those
+// with a loop/backing_file in sysfs; each is then opened for
+// LOOP_GET_STATUS64, which is where the backing file's identity lives. A device unbound meanwhile is skipped, and so is
 // one whose status pre (when not nil) refuses: a search for one file reads
 // only the status of the others, not their size and sysfs path.
-func walk(ctx context.Context, pre func(*unix.LoopInfo64) bool, fn func(Device) bool) error {
+func walk(ctx context.Context, pre func(*unix.LoopInfo64) bool, fn func(Device, uint64) bool) error {
 	entries, err := os.ReadDir(sysBlock)
 	if err != nil {
 		return err
@@ -128,62 +165,61 @@ func walk(ctx context.Context, pre func(*unix.LoopInfo64) bool, fn func(Device) 
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		d, bound, err := readDeviceIf(devPrefix+strconv.Itoa(n), pre)
+		d, seq, bound, err := readDeviceIf(devPrefix+strconv.Itoa(n), pre)
 		if err != nil {
 			return err
 		}
-		if bound && fn(d) {
+		if bound && fn(d, seq) {
 			return nil
 		}
 	}
 	return nil
 }
 
-// readDevice describes the device at path, reporting bound=false when it is not
-// (or no longer) bound or its node is gone.
-func readDevice(path string) (d Device, bound bool, err error) {
-	return readDeviceIf(path, nil)
-}
-
-// readDeviceIf is readDevice that stops after LOOP_GET_STATUS64, reporting
-// bound=false, when pre (if not nil) refuses the status.
-func readDeviceIf(path string, pre func(*unix.LoopInfo64) bool) (d Device, bound bool, err error) {
+// readDeviceIf describes the device at path, reporting bound=false when it
+// is not (or no longer) bound or its node is gone, or when pre (if not nil)
+// refuses its status; it then stops after LOOP_GET_STATUS64.
+func readDeviceIf(path string, pre func(*unix.LoopInfo64) bool) (d Device, seq uint64, bound bool, err error) {
 	f, err := os.OpenFile(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENXIO) {
-		return Device{}, false, nil
+		return Device{}, 0, false, nil
 	}
 	if err != nil {
-		return Device{}, false, err
+		return Device{}, 0, false, err
 	}
 	defer f.Close()
 	fd := int(f.Fd())
 	info, err := unix.IoctlLoopGetStatus64(fd)
 	if errors.Is(err, unix.ENXIO) {
-		return Device{}, false, nil
+		return Device{}, 0, false, nil
 	}
 	if err != nil {
-		return Device{}, false, fmt.Errorf("%s: LOOP_GET_STATUS64: %w", path, err)
+		return Device{}, 0, false, fmt.Errorf("%s: LOOP_GET_STATUS64: %w", path, err)
 	}
 	if pre != nil && !pre(info) {
-		return Device{}, false, nil
+		return Device{}, 0, false, nil
 	}
+	seq = diskSeq(fd)
 	d, err = describeStatus(path, fd, info)
 	if errors.Is(err, unix.ENXIO) {
-		return Device{}, false, nil
+		return Device{}, 0, false, nil
 	}
 	if err != nil {
-		return Device{}, false, fmt.Errorf("%s: %w", path, err)
+		return Device{}, 0, false, fmt.Errorf("%s: %w", path, err)
 	}
-	return d, true, nil
+	return d, seq, true, nil
 }
 
-// describe builds the Device for the open loop device fd.
-func describe(path string, fd int) (Device, error) {
+// describe builds the Device for the open loop device fd, and reads its
+// disk sequence number before the backing file's path (see recall).
+func describe(path string, fd int) (Device, uint64, error) {
 	info, err := unix.IoctlLoopGetStatus64(fd)
 	if err != nil {
-		return Device{}, fmt.Errorf("LOOP_GET_STATUS64: %w", err)
+		return Device{}, 0, fmt.Errorf("LOOP_GET_STATUS64: %w", err)
 	}
-	return describeStatus(path, fd, info)
+	seq := diskSeq(fd)
+	d, err := describeStatus(path, fd, info)
+	return d, seq, err
 }
 
 // describeStatus is describe with the device's status already read.
@@ -192,16 +228,9 @@ func describeStatus(path string, fd int, info *unix.LoopInfo64) (Device, error) 
 	if err != nil {
 		return Device{}, fmt.Errorf("BLKGETSIZE64: %w", err)
 	}
-	d := Device{
-		Path:      path,
-		Dev:       info.Device,
-		Inode:     info.Inode,
-		SizeBytes: size,
-		DirectIO:  info.Flags&unix.LO_FLAGS_DIRECT_IO != 0,
-		ReadOnly:  info.Flags&unix.LO_FLAGS_READ_ONLY != 0,
-		AutoClear: info.Flags&unix.LO_FLAGS_AUTOCLEAR != 0,
-	}
-	raw, err := os.ReadFile(sysBlock + "/" + strings.TrimPrefix(path, "/dev/") + "/loop/backing_file")
+	d := Device{Path: path, Dev: info.Device, Inode: info.Inode, SizeBytes: size}
+	d.setFlags(info)
+	raw, err := readSysfs(sysBlock + "/" + strings.TrimPrefix(path, "/dev/") + "/loop/backing_file")
 	if errors.Is(err, os.ErrNotExist) {
 		return Device{}, unix.ENXIO // unbound between the ioctl and now
 	}
@@ -210,6 +239,16 @@ func describeStatus(path string, fd int, info *unix.LoopInfo64) (Device, error) 
 	}
 	d.BackingFile, d.BackingDeleted = backingPath(strings.TrimSuffix(string(raw), "\n"), fileID{d.Dev, d.Inode})
 	return d, nil
+}
+
+// readSysfs reads a sysfs file; tests count the reads through it.
+var readSysfs = os.ReadFile
+
+// setFlags sets the flags of d that the status info shows.
+func (d *Device) setFlags(info *unix.LoopInfo64) {
+	d.DirectIO = info.Flags&unix.LO_FLAGS_DIRECT_IO != 0
+	d.ReadOnly = info.Flags&unix.LO_FLAGS_READ_ONLY != 0
+	d.AutoClear = info.Flags&unix.LO_FLAGS_AUTOCLEAR != 0
 }
 
 // backingPath splits the " (deleted)" suffix the kernel appends to an

@@ -115,7 +115,7 @@ func AttachDevice(ctx context.Context, dev string, opts Options) (Device, error)
 }
 
 // attachOpen attaches the open file f, which must be of type kind (a
-// regular file or a block device).
+// regular file or a block device). The device is remembered in ctx's memo.
 func attachOpen(ctx context.Context, f *os.File, kind uint32, opts Options) (Device, error) {
 	name := f.Name()
 	fd := int(f.Fd())
@@ -161,56 +161,58 @@ func attachOpen(ctx context.Context, f *os.File, kind uint32, opts Options) (Dev
 	if opts.DirectIO {
 		flags |= unix.LO_FLAGS_DIRECT_IO
 	}
-	dev, err := bindFree(ctx, fd, name, flags)
+	dev, seq, err := bindFree(ctx, fd, name, flags)
 	if err != nil {
 		return Device{}, fmt.Errorf("attach %s: %w", name, err)
 	}
 	hints.Store(id, dev.Path)
+	remember(ctx, dev, seq)
 	return dev, nil
 }
 
 // bindFree binds the backing fd to a free device, retrying when another
 // attacher takes the device between LOOP_CTL_GET_FREE and LOOP_CONFIGURE.
-func bindFree(ctx context.Context, backing int, name string, flags uint32) (Device, error) {
+func bindFree(ctx context.Context, backing int, name string, flags uint32) (Device, uint64, error) {
 	ctl, err := os.OpenFile(controlPath, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return Device{}, codeErr(err, "open "+controlPath+": "+err.Error())
+		return Device{}, 0, codeErr(err, "open "+controlPath+": "+err.Error())
 	}
 	defer ctl.Close()
 
 	for attempt := 0; attempt < maxBusyRetries; attempt++ {
 		if err := ctx.Err(); err != nil {
-			return Device{}, err
+			return Device{}, 0, err
 		}
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
 			if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.ENODEV) {
-				return Device{}, abi.Errorf(abi.ResourceExhausted, "no free loop device: %v", err)
+				return Device{}, 0, abi.Errorf(abi.ResourceExhausted, "no free loop device: %v", err)
 			}
-			return Device{}, fmt.Errorf("LOOP_CTL_GET_FREE: %w", err)
+			return Device{}, 0, fmt.Errorf("LOOP_CTL_GET_FREE: %w", err)
 		}
-		dev, err := bindDevice(n, backing, name, flags)
+		dev, seq, err := bindDevice(n, backing, name, flags)
 		switch {
 		case err == nil:
-			return dev, nil
+			return dev, seq, nil
 		case errors.Is(err, unix.EBUSY), errors.Is(err, unix.ENXIO):
 			// Another attacher won this device, or someone removed it
 			// (LOOP_CTL_REMOVE) meanwhile: ask for another one.
 			continue
 		default:
-			return Device{}, err
+			return Device{}, 0, err
 		}
 	}
-	return Device{}, abi.Errorf(abi.Aborted, "lost the race for a free loop device %d times", maxBusyRetries)
+	return Device{}, 0, abi.Errorf(abi.Aborted, "lost the race for a free loop device %d times", maxBusyRetries)
 }
 
 // bindDevice binds backing to /dev/loopN with LOOP_CONFIGURE. A kernel that
 // refuses direct I/O for this file with EINVAL gets a second try without it.
-func bindDevice(n int, backing int, name string, flags uint32) (Device, error) {
+// It returns the device and its disk sequence number.
+func bindDevice(n int, backing int, name string, flags uint32) (Device, uint64, error) {
 	path := devPrefix + strconv.Itoa(n)
 	df, err := os.OpenFile(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return Device{}, fmt.Errorf("open %s: %w", path, err)
+		return Device{}, 0, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer df.Close()
 	fd := int(df.Fd())
@@ -224,13 +226,13 @@ func bindDevice(n int, backing int, name string, flags uint32) (Device, error) {
 		err = unix.IoctlLoopConfigure(fd, &cfg)
 	}
 	if err != nil {
-		return Device{}, fmt.Errorf("LOOP_CONFIGURE %s: %w", path, err)
+		return Device{}, 0, fmt.Errorf("LOOP_CONFIGURE %s: %w", path, err)
 	}
-	dev, err := describe(path, fd)
+	dev, seq, err := describe(path, fd)
 	if err != nil {
-		return Device{}, fmt.Errorf("describe %s after attach: %w", path, err)
+		return Device{}, 0, fmt.Errorf("describe %s after attach: %w", path, err)
 	}
-	return dev, nil
+	return dev, seq, nil
 }
 
 // Find returns the device file is bound to. It matches by the device and
@@ -311,6 +313,18 @@ func Resize(ctx context.Context, dev string) (int64, error) {
 // kernel unbinds it on that last close; Detach waits for that a short while
 // (at most 2 s, less if ctx ends first) and then succeeds either way.
 func Detach(ctx context.Context, dev string) error {
+	return detach(ctx, dev, nil)
+}
+
+// errUnbound is what a grant answers for a device it finds unbound.
+var errUnbound = errors.New("not bound")
+
+// detach is Detach that first asks grant (when not nil) about the bound
+// device, described through the same claimed descriptor that then unbinds
+// it: an error of grant refuses the detach, errUnbound ends it as done.
+// The answer for a device in use is grant's error when it has one, so that
+// a device the caller may not touch is refused as such, busy or not.
+func detach(ctx context.Context, dev string, grant func(Device) error) error {
 	if err := checkDevicePath(dev); err != nil {
 		return fmt.Errorf("detach %s: %w", dev, err)
 	}
@@ -321,6 +335,18 @@ func Detach(ctx context.Context, dev string) error {
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENXIO):
 		return nil
 	case errors.Is(err, unix.EBUSY):
+		if grant != nil {
+			d, bound, err := status(ctx, dev, false)
+			if err == nil && bound {
+				err = grant(d)
+			}
+			switch {
+			case (err == nil && !bound) || errors.Is(err, errUnbound):
+				return nil
+			case err != nil:
+				return fmt.Errorf("detach %s: %w", dev, err)
+			}
+		}
 		return fmt.Errorf("detach %s: %w", dev, abi.Errorf(abi.FailedPrecondition, "device is in use (mounted or held)"))
 	case err != nil:
 		return fmt.Errorf("detach %s: %w", dev, codeErr(err, err.Error()))
@@ -333,6 +359,15 @@ func Detach(ctx context.Context, dev string) error {
 	// What it was bound to, to drop the hint afterwards, so hints do not
 	// pile up for files long detached: the status alone says it.
 	bound, berr := unix.IoctlLoopGetStatus64(fd)
+	if grant != nil {
+		if err := grantBound(ctx, dev, fd, bound, berr, grant); err != nil {
+			f.Close()
+			if errors.Is(err, errUnbound) {
+				return nil
+			}
+			return fmt.Errorf("detach %s: %w", dev, err)
+		}
+	}
 	err = unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0)
 	// The kernel finishes the unbind when the last opener closes: us,
 	// unless someone else has the device open too.
@@ -340,11 +375,31 @@ func Detach(ctx context.Context, dev string) error {
 	if err != nil && !errors.Is(err, unix.ENXIO) {
 		return fmt.Errorf("detach %s: LOOP_CLR_FD: %w", dev, err)
 	}
+	forget(ctx, dev)
 	if berr == nil {
 		hints.CompareAndDelete(fileID{dev: bound.Device, ino: bound.Inode}, dev)
 	}
 	waitUnbound(ctx, dev)
 	return nil
+}
+
+// grantBound runs grant on the device open at fd, whose LOOP_GET_STATUS64
+// gave info or err.
+func grantBound(ctx context.Context, dev string, fd int, info *unix.LoopInfo64, err error, grant func(Device) error) error {
+	if errors.Is(err, unix.ENXIO) {
+		return errUnbound
+	}
+	if err != nil {
+		return fmt.Errorf("LOOP_GET_STATUS64: %w", err)
+	}
+	d, err := recall(ctx, dev, fd, info, false)
+	if errors.Is(err, unix.ENXIO) {
+		return errUnbound
+	}
+	if err != nil {
+		return err
+	}
+	return grant(d)
 }
 
 // waitUnbound polls sysfs until dev has no backing file, for at most

@@ -22,7 +22,10 @@ func (owner) OwnsDevice(ctx context.Context, d hostcalls.Device, roots []string)
 	if d.Real == "" || !strings.HasPrefix(filepath.Base(d.Real), "loop") {
 		return "", false, nil
 	}
-	dev, bound, err := Status(ctx, d.Real)
+	// Right after node_stage attached it, ctx's memo holds the device's
+	// description: the size is not needed, so status reads only what
+	// tells whether the device is still bound as then.
+	dev, bound, err := status(ctx, d.Real, false)
 	if err != nil || !bound {
 		return "", false, err
 	}
