@@ -7,21 +7,106 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/wasmcsi/wasmcsi/abi"
 	bolt "go.etcd.io/bbolt"
 )
 
-// indexedDeleting is what the file's volumes_deleting bucket holds, read
-// from bbolt after a checkpoint of every write.
-func indexedDeleting(t *testing.T, s *Store) []string {
+// markedKind is what the tests of an index of the records marked Deleting
+// (volumes_deleting, snapshots_deleting) need of their kind.
+type markedKind[T any] struct {
+	records, index []byte            // the buckets
+	prefix         string            // of the test records' IDs
+	record         func(id string) T // a new, unmarked record
+	id             func(*T) string
+	deleting       func(*T) bool
+	setDeleting    func(*T, bool)
+	insert, put    func(*Store, T) error
+	get            func(*Store, string) (T, error) // marked or not
+	mark           func(*Store, string) error
+	remove         func(*Store, string) error
+	removeSoon     func(*Store, string) error
+	marked         func(*Store) ([]T, error)
+}
+
+var markedVolumes = markedKind[Volume]{
+	records: bucketVolumes, index: bucketVolumesDeleting, prefix: "vol-",
+	record:      func(id string) Volume { return fullVolume(id, "name-"+id) },
+	id:          func(v *Volume) string { return v.ID },
+	deleting:    func(v *Volume) bool { return v.Deleting },
+	setDeleting: func(v *Volume, d bool) { v.Deleting = d },
+	insert:      (*Store).InsertVolume,
+	put:         (*Store).PutVolume,
+	get:         (*Store).VolumeRecord,
+	mark:        (*Store).MarkVolumeDeleting,
+	remove:      (*Store).DeleteVolume,
+	removeSoon:  (*Store).DeleteVolumeSoon,
+	marked:      (*Store).DeletingVolumes,
+}
+
+var markedSnapshots = markedKind[Snapshot]{
+	records: bucketSnapshots, index: bucketSnapshotsDeleting, prefix: "snap-",
+	record: func(id string) Snapshot {
+		return Snapshot{ID: id, Name: "name-" + id, Backend: "dir", LocalID: "ls-" + id, SourceVolumeID: "vol-" + id,
+			SizeBytes: 1 << 30, Context: map[string]string{"k": "v"}, CreatedAt: created, ReadyToUse: true}
+	},
+	id:          func(v *Snapshot) string { return v.ID },
+	deleting:    func(v *Snapshot) bool { return v.Deleting },
+	setDeleting: func(v *Snapshot, d bool) { v.Deleting = d },
+	insert:      (*Store).InsertSnapshot,
+	put:         (*Store).PutSnapshot,
+	get:         (*Store).SnapshotRecord,
+	mark:        (*Store).MarkSnapshotDeleting,
+	remove:      (*Store).DeleteSnapshot,
+	removeSoon:  (*Store).DeleteSnapshotSoon,
+	marked:      (*Store).DeletingSnapshots,
+}
+
+// fill records n unmarked records, IDs prefix0 to prefix(n-1), and marks
+// the ones named in marked.
+func (k markedKind[T]) fill(tb testing.TB, s *Store, n int, marked ...string) {
+	tb.Helper()
+	for i := range n {
+		if err := k.insert(s, k.record(k.prefix+strconv.Itoa(i))); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for _, id := range marked {
+		if err := k.mark(s, id); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// markedIDs is what the kind's Deleting* call answers, checked to be
+// marked.
+func (k markedKind[T]) markedIDs(t *testing.T, s *Store) []string {
+	t.Helper()
+	recs, err := k.marked(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, v := range recs {
+		if !k.deleting(&v) {
+			t.Errorf("answered %s, which is not marked", k.id(&v))
+		}
+		ids = append(ids, k.id(&v))
+	}
+	return ids
+}
+
+// indexed is what the file's index bucket holds, read from bbolt after a
+// checkpoint of every write.
+func (k markedKind[T]) indexed(t *testing.T, s *Store) []string {
 	t.Helper()
 	var ids []string
 	err := s.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketVolumesDeleting)
+		b := tx.Bucket(k.index)
 		if b == nil {
-			t.Fatal("no volumes_deleting bucket")
+			t.Fatalf("no %s bucket", k.index)
 		}
-		return b.ForEach(func(k, _ []byte) error {
-			ids = append(ids, string(k))
+		return b.ForEach(func(id, _ []byte) error {
+			ids = append(ids, string(id))
 			return nil
 		})
 	})
@@ -31,146 +116,172 @@ func indexedDeleting(t *testing.T, s *Store) []string {
 	return ids
 }
 
-func deletingIDs(t *testing.T, s *Store) []string {
+// reopen closes s, runs change on its bbolt file, and opens it again.
+func reopen(t *testing.T, s *Store, change func(tx *bolt.Tx) error) *Store {
 	t.Helper()
-	vols, err := s.DeletingVolumes()
-	if err != nil {
+	path := s.Path()
+	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for _, v := range vols {
-		if !v.Deleting {
-			t.Errorf("DeletingVolumes answered %s, which is not marked", v.ID)
+	if change != nil {
+		db, err := bolt.Open(path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		ids = append(ids, v.ID)
+		if err := db.Update(change); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return ids
-}
-
-// The volumes marked Deleting are indexed, in the write that marks them
-// and the one that removes or unmarks them, so start-up reads them without
-// decoding every volume; the index survives a reopen.
-func TestDeletingIndex(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
 	s, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 50 {
-		id := "vol-" + strconv.Itoa(i)
-		if err := s.InsertVolume(fullVolume(id, "name-"+strconv.Itoa(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, id := range []string{"vol-3", "vol-17", "vol-40", "vol-41"} {
-		if err := s.MarkVolumeDeleting(id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.MarkVolumeDeleting("vol-3"); err != nil { // again: no change
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// The records marked Deleting are indexed, in the write that marks them
+// and the one that removes or unmarks them, so start-up reads them without
+// decoding every record; the index survives a reopen, and a removal or
+// unmarking after it takes the entry out of the file's index too.
+func TestDeletingIndex(t *testing.T) {
+	t.Run("volumes", func(t *testing.T) { testDeletingIndex(t, markedVolumes) })
+	t.Run("snapshots", func(t *testing.T) { testDeletingIndex(t, markedSnapshots) })
+}
+
+func testDeletingIndex[T any](t *testing.T, k markedKind[T]) {
+	s := openStore(t)
+	p := k.prefix
+	k.fill(t, s, 50, p+"3", p+"17", p+"40", p+"41", p+"44", p+"45")
+	if err := k.mark(s, p+"3"); err != nil { // again: no change
 		t.Fatal(err)
 	}
-	if err := s.DeleteVolumeSoon("vol-17"); err != nil {
+	if err := k.removeSoon(s, p+"17"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteVolume("vol-40"); err != nil {
+	if err := k.remove(s, p+"40"); err != nil {
 		t.Fatal(err)
 	}
-	// A put of the record unmarked (as an undone deletion would write it)
+	// A put of the record unmarked (as an undone deletion writes it)
 	// takes it out of the index; a put of a marked record puts it in.
-	unmarked, err := s.VolumeRecord("vol-41")
-	if err != nil {
+	unmark := func(id string) {
+		t.Helper()
+		v, err := k.get(s, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.setDeleting(&v, false)
+		if err := k.put(s, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unmark(p + "41")
+	marked := k.record(p + "new")
+	k.setDeleting(&marked, true)
+	if err := k.put(s, marked); err != nil {
 		t.Fatal(err)
 	}
-	unmarked.Deleting = false
-	if err := s.PutVolume(unmarked); err != nil {
-		t.Fatal(err)
+	want := []string{p + "3", p + "44", p + "45", p + "new"}
+	if got := k.markedIDs(t, s); !slices.Equal(got, want) {
+		t.Errorf("marked: %v, want %v", got, want)
 	}
-	marked := fullVolume("vol-new", "name-new")
-	marked.Deleting = true
-	if err := s.PutVolume(marked); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"vol-3", "vol-new"}
-	if got := deletingIDs(t, s); !slices.Equal(got, want) {
-		t.Errorf("DeletingVolumes: %v, want %v", got, want)
-	}
-	if got := indexedDeleting(t, s); !slices.Equal(got, want) {
-		t.Errorf("volumes_deleting holds %v, want %v", got, want)
+	if got := k.indexed(t, s); !slices.Equal(got, want) {
+		t.Errorf("%s holds %v, want %v", k.index, got, want)
 	}
 	checkDB(t, s)
-	if err := s.Close(); err != nil {
+	s = reopen(t, s, nil)
+	if got := k.markedIDs(t, s); !slices.Equal(got, want) {
+		t.Errorf("after reopening, marked: %v, want %v", got, want)
+	}
+	// Entries that are in the file now, not only in the log.
+	if err := k.removeSoon(s, p+"44"); err != nil {
 		t.Fatal(err)
 	}
-	if s, err = Open(path); err != nil {
-		t.Fatal(err)
+	unmark(p + "45")
+	want = []string{p + "3", p + "new"}
+	if got := k.markedIDs(t, s); !slices.Equal(got, want) {
+		t.Errorf("after reopening and changing, marked: %v, want %v", got, want)
 	}
-	defer s.Close()
-	if got := deletingIDs(t, s); !slices.Equal(got, want) {
-		t.Errorf("after reopening, DeletingVolumes: %v, want %v", got, want)
+	if got := k.indexed(t, s); !slices.Equal(got, want) {
+		t.Errorf("after reopening and changing, %s holds %v, want %v", k.index, got, want)
 	}
 }
 
 // A file without the index (written before it) gets it on Open, built
-// from the volume records, marks that only the log held included.
+// from the records.
 func TestDeletingIndexBuiltOnOpen(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
-	s, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
+	t.Run("volumes", func(t *testing.T) { testDeletingIndexBuiltOnOpen(t, markedVolumes) })
+	t.Run("snapshots", func(t *testing.T) { testDeletingIndexBuiltOnOpen(t, markedSnapshots) })
+}
+
+func testDeletingIndexBuiltOnOpen[T any](t *testing.T, k markedKind[T]) {
+	s := openStore(t)
+	p := k.prefix
+	k.fill(t, s, 20, p+"2", p+"12")
+	s = reopen(t, s, func(tx *bolt.Tx) error { return tx.DeleteBucket(k.index) })
+	want := []string{p + "12", p + "2"}
+	if got := k.markedIDs(t, s); !slices.Equal(got, want) {
+		t.Errorf("marked: %v, want %v", got, want)
 	}
-	for i := range 20 {
-		if err := s.InsertVolume(fullVolume("vol-"+strconv.Itoa(i), "")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, id := range []string{"vol-2", "vol-12"} {
-		if err := s.MarkVolumeDeleting(id); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketVolumesDeleting) }); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if s, err = Open(path); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	want := []string{"vol-12", "vol-2"}
-	if got := deletingIDs(t, s); !slices.Equal(got, want) {
-		t.Errorf("DeletingVolumes: %v, want %v", got, want)
-	}
-	if got := indexedDeleting(t, s); !slices.Equal(got, want) {
-		t.Errorf("volumes_deleting holds %v, want %v", got, want)
+	if got := k.indexed(t, s); !slices.Equal(got, want) {
+		t.Errorf("%s holds %v, want %v", k.index, got, want)
 	}
 }
 
-// BenchmarkDeletingVolumes measures start-up's read of the volumes marked
-// Deleting (one) among 10,000 volume records in bbolt.
-func BenchmarkDeletingVolumes(b *testing.B) {
+// Reading the marked records reads only them: an unmarked record that
+// does not decode (which every read of it reports as DATA_LOSS) is not
+// read. Before the index, the read decoded every record of the kind.
+func TestDeletingReadsOnlyMarked(t *testing.T) {
+	t.Run("volumes", func(t *testing.T) { testDeletingReadsOnlyMarked(t, markedVolumes) })
+	t.Run("snapshots", func(t *testing.T) { testDeletingReadsOnlyMarked(t, markedSnapshots) })
+}
+
+func testDeletingReadsOnlyMarked[T any](t *testing.T, k markedKind[T]) {
+	s := openStore(t)
+	p := k.prefix
+	k.fill(t, s, 20, p+"5")
+	s = reopen(t, s, func(tx *bolt.Tx) error { return tx.Bucket(k.records).Put([]byte(p+"9"), []byte{0xff}) })
+	if _, err := k.get(s, p+"9"); abi.CodeOf(err) != abi.DataLoss {
+		t.Fatalf("read of the damaged record: %v, want DATA_LOSS", err)
+	}
+	if got, want := k.markedIDs(t, s), []string{p + "5"}; !slices.Equal(got, want) {
+		t.Errorf("marked: %v, want %v", got, want)
+	}
+}
+
+// An index entry without its marked record is DATA_LOSS, not an answer
+// that leaves a deletion unfinished or finishes one never asked for.
+func TestDeletingIndexCorrupt(t *testing.T) {
+	t.Run("volumes", func(t *testing.T) { testDeletingIndexCorrupt(t, markedVolumes) })
+	t.Run("snapshots", func(t *testing.T) { testDeletingIndexCorrupt(t, markedSnapshots) })
+}
+
+func testDeletingIndexCorrupt[T any](t *testing.T, k markedKind[T]) {
+	for _, id := range []string{k.prefix + "1", k.prefix + "none"} { // unmarked, absent
+		t.Run(id, func(t *testing.T) {
+			s := openStore(t)
+			k.fill(t, s, 3, k.prefix+"2")
+			s = reopen(t, s, func(tx *bolt.Tx) error { return tx.Bucket(k.index).Put([]byte(id), []byte{}) })
+			recs, err := k.marked(s)
+			if abi.CodeOf(err) != abi.DataLoss {
+				t.Fatalf("marked: %d records, error %v; want DATA_LOSS", len(recs), err)
+			}
+		})
+	}
+}
+
+// benchDeleting measures start-up's read of the records marked Deleting
+// (marked) among 10,000 records in bbolt.
+func benchDeleting[T any](b *testing.B, k markedKind[T], marked ...string) {
 	path := filepath.Join(b.TempDir(), "state.db")
 	s, err := Open(path)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for i := range 10000 {
-		if err := s.InsertVolume(fullVolume("vol-"+strconv.Itoa(i), "")); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := s.MarkVolumeDeleting("vol-5000"); err != nil {
-		b.Fatal(err)
-	}
+	k.fill(b, s, 10000, marked...)
 	if err := s.Close(); err != nil { // everything in bbolt, as at start-up
 		b.Fatal(err)
 	}
@@ -179,14 +290,22 @@ func BenchmarkDeletingVolumes(b *testing.B) {
 	}
 	defer s.Close()
 	for b.Loop() {
-		vols, err := s.DeletingVolumes()
+		recs, err := k.marked(s)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if len(vols) != 1 {
-			b.Fatalf("%d volumes marked, want 1", len(vols))
+		if len(recs) != len(marked) {
+			b.Fatalf("%d records marked, want %d", len(recs), len(marked))
 		}
 	}
+}
+
+// BenchmarkDeletingVolumes: one volume marked among 10,000.
+func BenchmarkDeletingVolumes(b *testing.B) { benchDeleting(b, markedVolumes, "vol-5000") }
+
+// BenchmarkDeletingSnapshots: three snapshots marked among 10,000.
+func BenchmarkDeletingSnapshots(b *testing.B) {
+	benchDeleting(b, markedSnapshots, "snap-10", "snap-5000", "snap-9999")
 }
 
 // The ephemeral volume holding a node volume ID is found through the

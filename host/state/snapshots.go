@@ -17,7 +17,9 @@ var snapshotTable = &table[Snapshot, *Snapshot]{
 	key:   func(v *Snapshot) string { return v.ID },
 	names: bucketSnapshotNames, name: func(v *Snapshot) string { return v.Name }, nameField: snapshotNameField,
 	index: indexSnapshotSource, unindex: unindexSnapshotSource,
-	hidden: func(v *Snapshot) bool { return v.Deleting },
+	hidden:      func(v *Snapshot) bool { return v.Deleting },
+	hide:        func(v *Snapshot) { v.Deleting = true },
+	hiddenIndex: bucketSnapshotsDeleting,
 }
 
 // indexSnapshotSource keeps the source volume index of a put snapshot.
@@ -113,44 +115,21 @@ func (s *Store) SnapshotRecordByName(name string) (Snapshot, error) {
 // is gone to every reader but SnapshotRecord, SnapshotRecordByName and
 // DeletingSnapshots.
 func (s *Store) MarkSnapshotDeleting(id string) error {
-	err := s.write(func(tx *txn) error {
-		recs := tx.Bucket(bucketSnapshots)
-		old := recs.Get([]byte(id))
-		if old == nil {
-			return refuse(ErrNotFound)
-		}
-		v, err := snapshotTable.decodeAt(id, old)
-		if err != nil || v.Deleting {
-			return err
-		}
-		v.Deleting = true
-		b, err := encode[Snapshot](&v)
-		if err != nil {
-			return err
-		}
-		return recs.Put([]byte(id), b)
-	})
-	if err != nil {
+	if err := snapshotTable.markHidden(s, id); err != nil {
 		return fmt.Errorf("mark snapshot %s deleting: %w", id, err)
 	}
 	return nil
 }
 
 // DeletingSnapshots returns every snapshot marked Deleting: the deletions
-// start-up finishes. It reads every snapshot record.
+// start-up finishes. It reads the snapshots_deleting index, so its cost is
+// that of the marked snapshots, whatever the number of snapshots.
 func (s *Store) DeletingSnapshots() ([]Snapshot, error) {
-	var out []Snapshot
-	_, err := s.page(listSnapshots, bucketSnapshots, nil, "", 0, func(_ *txn, k, b []byte) error {
-		v, err := snapshotTable.decodeAt(string(k), b)
-		if err == nil && v.Deleting {
-			out = append(out, v)
-		}
-		return err
-	})
+	snaps, err := snapshotTable.allHidden(s)
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots being deleted: %w", err)
 	}
-	return out, nil
+	return snaps, nil
 }
 
 // SnapshotFilter narrows ListSnapshots as CSI's ListSnapshotsRequest does.

@@ -29,6 +29,7 @@
 //	intents          intent key -> Intent (operations logged before a module runs them)
 //	volumes_deleting volume ID -> empty: the volumes marked Deleting, which start-up finishes
 //	ephemeral_volumes volume ID -> the CO's volume ID: the inline ephemeral volume that holds it
+//	snapshots_deleting snapshot ID -> empty: the snapshots marked Deleting, which start-up finishes
 //
 // The length prefix in composite keys keeps a volume ID from being a prefix
 // of another key by accident, so a prefix scan finds exactly one volume's
@@ -151,8 +152,9 @@ var (
 	bucketIntents        = []byte("intents")
 	// The derived indexes are made, and filled from the records they
 	// index, after the log's replay (openIndexes), not by initSchema.
-	bucketVolumesDeleting  = []byte("volumes_deleting")
-	bucketEphemeralVolumes = []byte("ephemeral_volumes")
+	bucketVolumesDeleting   = []byte("volumes_deleting")
+	bucketEphemeralVolumes  = []byte("ephemeral_volumes")
+	bucketSnapshotsDeleting = []byte("snapshots_deleting")
 
 	keySchema = []byte("schema")
 
@@ -163,6 +165,7 @@ var (
 		bucketSnapshotNames, bucketSnapshotSource, bucketGroups,
 		bucketGroupNames, bucketStages, bucketPublishes, bucketEphemeral,
 		bucketIntents, bucketVolumesDeleting, bucketEphemeralVolumes,
+		bucketSnapshotsDeleting,
 	}
 )
 
@@ -317,8 +320,9 @@ type derivedIndex struct {
 }
 
 var derivedIndexes = []derivedIndex{
-	{bucketVolumesDeleting, indexDeletingVolumes},
+	{bucketVolumesDeleting, volumeTable.fillHidden},
 	{bucketEphemeralVolumes, indexEphemeralVolumes},
+	{bucketSnapshotsDeleting, snapshotTable.fillHidden},
 }
 
 // openIndexes makes each derived index a file lacks (a new file, or one

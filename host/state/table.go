@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/wasmcsi/wasmcsi/abi/wire"
+	bolt "go.etcd.io/bbolt"
 )
 
 // record is what wiregen writes for a record type T (records.go).
@@ -69,8 +70,14 @@ type table[T any, P wireRecord[T]] struct {
 
 	// hidden says a record is being deleted (nil: none ever is): get,
 	// byName and listings answer as if it were gone, getAny and byNameAny
-	// still find it.
+	// still find it. hide marks a record so.
 	hidden func(*T) bool
+	hide   func(*T)
+	// hiddenIndex is the bucket of the keys of the hidden records
+	// (volumes_deleting, snapshots_deleting), kept by every put and
+	// delete: start-up reads the few records being deleted from it
+	// instead of decoding every record of the kind.
+	hiddenIndex []byte
 }
 
 // put records v, replacing a record of its key; with insert it refuses,
@@ -139,8 +146,91 @@ func (t *table[T, P]) change(v *T, verb string, insert bool) (string, func(tx *t
 		if err := applyIndex(); err != nil {
 			return err
 		}
+		if err := t.indexHidden(tx, key, t.hidden != nil && t.hidden(v)); err != nil {
+			return err
+		}
 		return recs.Put([]byte(key), val)
 	}, nil
+}
+
+// indexHidden puts key into the hidden index or takes it out. It writes
+// nothing when the index already says so, as for most records, which are
+// not hidden.
+func (t *table[T, P]) indexHidden(tx *txn, key string, hidden bool) error {
+	if t.hiddenIndex == nil {
+		return nil
+	}
+	idx := tx.Bucket(t.hiddenIndex)
+	switch there := idx.Get([]byte(key)) != nil; {
+	case hidden && !there:
+		return idx.Put([]byte(key), []byte{})
+	case !hidden && there:
+		return idx.Delete([]byte(key))
+	}
+	return nil
+}
+
+// markHidden hides the record of key (hide) and returns once that is
+// durable; a record already hidden is left as it is.
+func (t *table[T, P]) markHidden(s *Store, key string) error {
+	return s.write(func(tx *txn) error {
+		old := tx.Bucket(t.bucket).Get([]byte(key))
+		if old == nil {
+			return refuse(ErrNotFound)
+		}
+		v, err := t.decodeAt(key, old)
+		if err != nil || t.hidden(&v) {
+			return err
+		}
+		t.hide(&v)
+		_, put, err := t.change(&v, "mark", false)
+		if err != nil {
+			return err
+		}
+		return put(tx)
+	})
+}
+
+// allHidden returns every hidden record, in key order, read through the
+// hidden index: its cost is that of the hidden records, whatever the
+// number of records. An index entry without its hidden record is
+// DATA_LOSS.
+func (t *table[T, P]) allHidden(s *Store) ([]T, error) {
+	var out []T
+	err := s.view(func(tx *txn) error {
+		recs := tx.Bucket(t.bucket)
+		c := tx.Bucket(t.hiddenIndex).Cursor()
+		for k, _ := c.Seek(nil); k != nil; k, _ = c.Next() {
+			b := recs.Get(k)
+			if b == nil {
+				return corrupt(string(t.hiddenIndex)+" index", t.labelOf(string(k)), fmt.Errorf("no such %s", t.kind))
+			}
+			v, err := t.decodeAt(string(k), b)
+			if err != nil {
+				return err
+			}
+			if !t.hidden(&v) {
+				return corrupt(string(t.hiddenIndex)+" index", t.labelOf(string(k)), fmt.Errorf("%s not marked Deleting", t.kind))
+			}
+			out = append(out, v)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// fillHidden fills the hidden index from the records: once, when Open
+// finds a file written before the index, whose hidden records only their
+// records say are hidden.
+func (t *table[T, P]) fillHidden(tx *bolt.Tx) error {
+	idx := tx.Bucket(t.hiddenIndex)
+	return tx.Bucket(t.bucket).ForEach(func(k, b []byte) error {
+		v, err := t.decodeAt(string(k), b)
+		if err != nil || !t.hidden(&v) {
+			return err
+		}
+		return idx.Put(k, []byte{})
+	})
 }
 
 // get returns the record with the given key, or ErrNotFound, also for a
@@ -232,6 +322,9 @@ func (t *table[T, P]) delete(write func(func(tx *txn) error) error, key string) 
 			}
 		}
 		if err := applyIndex(); err != nil {
+			return err
+		}
+		if err := t.indexHidden(tx, key, false); err != nil {
 			return err
 		}
 		return recs.Delete([]byte(key))

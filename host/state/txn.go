@@ -21,7 +21,7 @@ import (
 // takes, while writers and checkpoints go on.
 
 // numBuckets is len(allBuckets); a layer has one tree per bucket.
-const numBuckets = 14
+const numBuckets = 15
 
 // node is one key of a layer: a value, or a tombstone hiding the key in the
 // layers below and in bbolt.

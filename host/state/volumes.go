@@ -1,11 +1,6 @@
 package state
 
-import (
-	"errors"
-	"fmt"
-
-	bolt "go.etcd.io/bbolt"
-)
+import "fmt"
 
 const volumeNameField = 2
 
@@ -13,31 +8,9 @@ var volumeTable = &table[Volume, *Volume]{
 	kind: "volume", kinds: "volumes", bucket: bucketVolumes, listing: listVolumes, check: checkVolume,
 	key:   func(v *Volume) string { return v.ID },
 	names: bucketVolumeNames, name: func(v *Volume) string { return v.Name }, nameField: volumeNameField,
-	hidden:  func(v *Volume) bool { return v.Deleting },
-	index:   indexDeleting,
-	unindex: func(tx *txn, id string, _ []byte) (func() error, error) { return unindexDeleting(tx, id), nil },
-}
-
-// indexDeleting keeps volumes_deleting, the IDs of the volumes marked
-// Deleting, in step with a put of v: start-up reads the few marked volumes
-// from it instead of decoding every volume record.
-func indexDeleting(tx *txn, v *Volume, _ []byte) (func() error, error) {
-	if v.Deleting {
-		return func() error { return tx.Bucket(bucketVolumesDeleting).Put([]byte(v.ID), nil) }, nil
-	}
-	return unindexDeleting(tx, v.ID), nil
-}
-
-// unindexDeleting drops id from volumes_deleting; it writes nothing for a
-// volume that is not there, as most are not.
-func unindexDeleting(tx *txn, id string) func() error {
-	return func() error {
-		idx := tx.Bucket(bucketVolumesDeleting)
-		if idx.Get([]byte(id)) == nil {
-			return nil
-		}
-		return idx.Delete([]byte(id))
-	}
+	hidden:      func(v *Volume) bool { return v.Deleting },
+	hide:        func(v *Volume) { v.Deleting = true },
+	hiddenIndex: bucketVolumesDeleting,
 }
 
 func checkVolume(v *Volume) error {
@@ -89,30 +62,7 @@ func VolumeIntentKey(name string) string { return "volume/" + name }
 // but VolumeRecord, VolumeRecordByName and DeletingVolumes, and it keeps
 // its name until DeleteVolumeSoon removes it.
 func (s *Store) MarkVolumeDeleting(id string) error {
-	err := s.write(func(tx *txn) error {
-		recs := tx.Bucket(bucketVolumes)
-		old := recs.Get([]byte(id))
-		if old == nil {
-			return refuse(ErrNotFound)
-		}
-		v, err := volumeTable.decodeAt(id, old)
-		if err != nil {
-			return err
-		}
-		if v.Deleting {
-			return nil
-		}
-		v.Deleting = true
-		if err := tx.Bucket(bucketVolumesDeleting).Put([]byte(id), nil); err != nil {
-			return err
-		}
-		b, err := encode[Volume](&v)
-		if err != nil {
-			return err
-		}
-		return recs.Put([]byte(id), b)
-	})
-	if err != nil {
+	if err := volumeTable.markHidden(s, id); err != nil {
 		return fmt.Errorf("mark volume %s deleting: %w", id, err)
 	}
 	return nil
@@ -122,47 +72,11 @@ func (s *Store) MarkVolumeDeleting(id string) error {
 // start-up finishes. It reads the volumes_deleting index, so its cost is
 // that of the marked volumes, whatever the number of volumes.
 func (s *Store) DeletingVolumes() ([]Volume, error) {
-	var out []Volume
-	err := s.view(func(tx *txn) error {
-		recs := tx.Bucket(bucketVolumes)
-		c := tx.Bucket(bucketVolumesDeleting).Cursor()
-		for k, _ := c.Seek(nil); k != nil; k, _ = c.Next() {
-			b := recs.Get(k)
-			if b == nil {
-				return corrupt("volumes_deleting index", string(k), errors.New("no such volume"))
-			}
-			v, err := volumeTable.decodeAt(string(k), b)
-			if err != nil {
-				return err
-			}
-			if !v.Deleting {
-				return corrupt("volumes_deleting index", string(k), errors.New("volume not marked Deleting"))
-			}
-			out = append(out, v)
-		}
-		return nil
-	})
+	vols, err := volumeTable.allHidden(s)
 	if err != nil {
 		return nil, fmt.Errorf("list volumes being deleted: %w", err)
 	}
-	return out, nil
-}
-
-// indexDeletingVolumes fills volumes_deleting from the volume records: once,
-// when Open finds a file written before the index, whose marked volumes it
-// holds only in their records.
-func indexDeletingVolumes(tx *bolt.Tx) error {
-	idx := tx.Bucket(bucketVolumesDeleting)
-	return tx.Bucket(bucketVolumes).ForEach(func(k, b []byte) error {
-		v, err := volumeTable.decodeAt(string(k), b)
-		if err != nil {
-			return err
-		}
-		if !v.Deleting {
-			return nil
-		}
-		return idx.Put(k, []byte{})
-	})
+	return vols, nil
 }
 
 // DeleteVolume removes the volume and its name index entry, or returns

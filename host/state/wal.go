@@ -32,7 +32,7 @@ import (
 // tells a torn last write apart from damage to earlier ones (see
 // tailDamaged). A change is:
 //
-//	kind    byte: the bucket's index in allBuckets (1..9), | 0x80 for a delete
+//	kind    byte: the bucket's index in allBuckets, | 0x80 for a delete
 //	key     uvarint length | bytes
 //	value   uvarint length | bytes (puts only)
 //
