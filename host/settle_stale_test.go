@@ -1,8 +1,10 @@
 package host_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -43,7 +45,7 @@ func staleBatchDaemon(t *testing.T) (*daemon, func() func()) {
 // remove the new volume's record. (Since a broken folder holds back only
 // the operations on it, the deletion here settles and the create mostly
 // succeeds; the test then checks the outcome: the re-created volume keeps
-// its record.)
+// its record. TestCreateOverHeldDeletionAborts holds the deletion itself.)
 func TestRecreatedVolumeOutlivesStaleDeletion(t *testing.T) {
 	d, takeAway := staleBatchDaemon(t)
 	a := createVolume(t, d, &csi.CreateVolumeRequest{Name: "again"})
@@ -221,5 +223,80 @@ func TestBrokenFolderHoldsOnlyItsOwnAtStart(t *testing.T) {
 	}
 	if v, err := store.GetVolume(id); err != nil || v.Name != mreq.Name {
 		t.Fatalf("record of the finished create: %+v, %v", v, err)
+	}
+}
+
+// settled waits until no settler batch holds the completion of key.
+func settled(t *testing.T, d *daemon, key string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); d.srv.Settling(key); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the completion of %s did not settle", key)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestCreateOverHeldDeletionAborts: while a batch holds the removal of a
+// deleted volume's record (its pool folder does not sync), a CreateVolume
+// of its name answers ABORTED and leaves the record to the batch: the new
+// volume would get the same ID, and the batch's removal would take its
+// record. Once the batch settles, the same CreateVolume makes the volume,
+// which keeps its record and folder.
+func TestCreateOverHeldDeletionAborts(t *testing.T) {
+	d := startDaemon(t, localdirOptions(t))
+	req := &csi.CreateVolumeRequest{Name: "again", VolumeCapabilities: rwCaps()}
+	id := createVolume(t, d, req).GetVolumeId()
+	settled(t, d, state.VolumeIntentKey(req.Name))
+
+	// The deletion is queued while the settler is held, and the pool
+	// folder goes away before any batch takes it: every batch fails to
+	// sync the folder and keeps the removal. The module's delete has run.
+	release := d.srv.HoldSettler()
+	t.Cleanup(release)
+	if _, err := d.controller().DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatal(err)
+	}
+	away := d.pool + ".away"
+	if err := os.Rename(d.pool, away); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Rename(away, d.pool) })
+	release()
+	held, err := d.srv.VolumeRecord(id)
+	if err != nil || !held.Deleting {
+		t.Fatalf("record of the deleted volume: %+v, %v; want it marked Deleting", held, err)
+	}
+
+	_, err = d.controller().CreateVolume(callCtx(t), req)
+	wantCode(t, err, codes.Aborted, "not settled")
+	if !d.srv.Settling(id) {
+		t.Fatal("the batch no longer holds the deletion: the folder sync did not fail")
+	}
+	if got, err := d.srv.VolumeRecord(id); err != nil || !reflect.DeepEqual(got, held) {
+		t.Fatalf("after ABORTED, the batch-held record is %+v, %v; want it unchanged: %+v", got, err, held)
+	}
+
+	if err := os.Rename(away, d.pool); err != nil {
+		t.Fatal(err)
+	}
+	settled(t, d, id)
+	if _, err := d.srv.VolumeRecord(id); !errors.Is(err, state.ErrNotFound) {
+		t.Fatalf("record of the deleted volume after its batch settled: %v, want not found", err)
+	}
+	r, err := d.controller().CreateVolume(callCtx(t), req)
+	if err != nil {
+		t.Fatalf("CreateVolume once the deletion settled: %v", err)
+	}
+	if r.GetVolume().GetVolumeId() != id {
+		t.Fatalf("re-created volume %q, want the same ID %q", r.GetVolume().GetVolumeId(), id)
+	}
+	settled(t, d, state.VolumeIntentKey(req.Name))
+	v, err := d.srv.VolumeRecord(id)
+	if err != nil || v.Deleting {
+		t.Fatalf("record of the re-created volume: %+v, %v", v, err)
+	}
+	if fi, err := os.Stat(filepath.Join(d.pool, v.LocalID)); err != nil || !fi.IsDir() {
+		t.Fatalf("folder of the re-created volume: %v", err)
 	}
 }
