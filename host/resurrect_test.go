@@ -10,8 +10,8 @@ import (
 )
 
 // TestDeletedVolumeNotMadeAgain: a logged create that start-up finished
-// but could not complete (a pool folder, here another module's, did not
-// sync) stays logged while the daemon serves. A DeleteVolume of its volume
+// but could not complete (a folder of its backend's, here a second root of
+// localdir, did not sync) stays logged while the daemon serves. A DeleteVolume of its volume
 // must take the intent with it, or the next start makes the deleted volume
 // again.
 func TestDeletedVolumeNotMadeAgain(t *testing.T) {
@@ -21,8 +21,9 @@ func TestDeletedVolumeNotMadeAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.kill(t) // before the batch drops the intent
-	// A pool folder whose sync fails: procfs has no fsync.
-	p.Modules[1].Pool, p.Modules[1].Roots = false, []string{"/proc/sys/fs"}
+	// A root of the repeating backend whose sync fails: procfs has no
+	// fsync.
+	p.Modules[0].Roots = []string{"/proc/sys/fs"}
 	p.start(t)
 	if !slices.ContainsFunc(p.log(), func(l string) bool { return strings.Contains(l, "complete at the next start") }) {
 		t.Fatalf("start-up completed what it finished; the test needs it not to: %q", p.log())
@@ -32,7 +33,7 @@ func TestDeletedVolumeNotMadeAgain(t *testing.T) {
 	}
 	time.Sleep(time.Second) // the deletion settles
 	p.stop(t)
-	p.Modules[1].Pool, p.Modules[1].Roots = true, nil
+	p.Modules[0].Roots = nil
 	p.start(t)
 	if got := p.listedOf(t, "localdir"); len(got) != 0 {
 		t.Errorf("a deleted volume is back after a restart: %v", got)
