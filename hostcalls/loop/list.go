@@ -86,15 +86,14 @@ func status(ctx context.Context, dev string, size bool) (d Device, bound bool, e
 	if err := ctx.Err(); err != nil {
 		return Device{}, false, err
 	}
-	f, err := os.OpenFile(dev, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	fd, err := openNode(dev, unix.O_RDONLY|unix.O_NONBLOCK)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENXIO) {
 		return Device{}, false, nil
 	}
 	if err != nil {
 		return Device{}, false, err
 	}
-	defer f.Close()
-	fd := int(f.Fd())
+	defer unix.Close(fd)
 	info, err := unix.IoctlLoopGetStatus64(fd)
 	if errors.Is(err, unix.ENXIO) {
 		return Device{}, false, nil
@@ -180,15 +179,14 @@ func walk(ctx context.Context, pre func(*unix.LoopInfo64) bool, fn func(Device, 
 // is not (or no longer) bound or its node is gone, or when pre (if not nil)
 // refuses its status; it then stops after LOOP_GET_STATUS64.
 func readDeviceIf(path string, pre func(*unix.LoopInfo64) bool) (d Device, seq uint64, bound bool, err error) {
-	f, err := os.OpenFile(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	fd, err := openNode(path, unix.O_RDONLY|unix.O_NONBLOCK)
 	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENXIO) {
 		return Device{}, 0, false, nil
 	}
 	if err != nil {
 		return Device{}, 0, false, err
 	}
-	defer f.Close()
-	fd := int(f.Fd())
+	defer unix.Close(fd)
 	info, err := unix.IoctlLoopGetStatus64(fd)
 	if errors.Is(err, unix.ENXIO) {
 		return Device{}, 0, false, nil
@@ -241,8 +239,33 @@ func describeStatus(path string, fd int, info *unix.LoopInfo64) (Device, error) 
 	return d, nil
 }
 
-// readSysfs reads a sysfs file; tests count the reads through it.
-var readSysfs = os.ReadFile
+// readSysfs reads a sysfs file (a variable: tests count the reads).
+var readSysfs = readAttribute
+
+// readAttribute reads a sysfs attribute. The kernel renders one whole
+// into a page and a read returns as much of it as fits, so one read of a
+// page and a byte more gets it all: os.ReadFile's fstat, poller
+// registration and read of the end are system calls for nothing.
+func readAttribute(path string) ([]byte, error) {
+	fd, err := openNode(path, unix.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, os.Getpagesize()+1)
+	for {
+		n, err := unix.Read(fd, buf)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		case n == len(buf):
+			return os.ReadFile(path) // not an attribute after all
+		}
+		return buf[:n], nil
+	}
+}
 
 // setFlags sets the flags of d that the status info shows.
 func (d *Device) setFlags(info *unix.LoopInfo64) {

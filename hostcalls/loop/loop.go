@@ -173,17 +173,17 @@ func attachOpen(ctx context.Context, f *os.File, kind uint32, opts Options) (Dev
 // bindFree binds the backing fd to a free device, retrying when another
 // attacher takes the device between LOOP_CTL_GET_FREE and LOOP_CONFIGURE.
 func bindFree(ctx context.Context, backing int, name string, flags uint32) (Device, uint64, error) {
-	ctl, err := os.OpenFile(controlPath, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	ctl, err := openNode(controlPath, unix.O_RDWR)
 	if err != nil {
-		return Device{}, 0, codeErr(err, "open "+controlPath+": "+err.Error())
+		return Device{}, 0, codeErr(err, err.Error())
 	}
-	defer ctl.Close()
+	defer unix.Close(ctl)
 
 	for attempt := 0; attempt < maxBusyRetries; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return Device{}, 0, err
 		}
-		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		n, err := unix.IoctlRetInt(ctl, unix.LOOP_CTL_GET_FREE)
 		if err != nil {
 			if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.ENODEV) {
 				return Device{}, 0, abi.Errorf(abi.ResourceExhausted, "no free loop device: %v", err)
@@ -210,12 +210,11 @@ func bindFree(ctx context.Context, backing int, name string, flags uint32) (Devi
 // It returns the device and its disk sequence number.
 func bindDevice(n int, backing int, name string, flags uint32) (Device, uint64, error) {
 	path := devPrefix + strconv.Itoa(n)
-	df, err := os.OpenFile(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	fd, err := openNode(path, unix.O_RDWR)
 	if err != nil {
-		return Device{}, 0, fmt.Errorf("open %s: %w", path, err)
+		return Device{}, 0, err
 	}
-	defer df.Close()
-	fd := int(df.Fd())
+	defer unix.Close(fd)
 
 	cfg := unix.LoopConfig{Fd: uint32(backing)}
 	cfg.Info.Flags = flags
@@ -330,7 +329,7 @@ func detach(ctx context.Context, dev string, grant func(Device) error) error {
 	}
 	// O_EXCL on a block device claims it: this fails with EBUSY while a
 	// filesystem is mounted on it or device-mapper holds it.
-	f, err := os.OpenFile(dev, unix.O_RDONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
+	fd, err := openNode(dev, unix.O_RDONLY|unix.O_EXCL)
 	switch {
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENXIO):
 		return nil
@@ -351,9 +350,8 @@ func detach(ctx context.Context, dev string, grant func(Device) error) error {
 	case err != nil:
 		return fmt.Errorf("detach %s: %w", dev, codeErr(err, err.Error()))
 	}
-	fd := int(f.Fd())
 	if err := isLoop(fd); err != nil {
-		f.Close()
+		unix.Close(fd)
 		return fmt.Errorf("detach %s: %w", dev, err)
 	}
 	// What it was bound to, to drop the hint afterwards, so hints do not
@@ -361,7 +359,7 @@ func detach(ctx context.Context, dev string, grant func(Device) error) error {
 	bound, berr := unix.IoctlLoopGetStatus64(fd)
 	if grant != nil {
 		if err := grantBound(ctx, dev, fd, bound, berr, grant); err != nil {
-			f.Close()
+			unix.Close(fd)
 			if errors.Is(err, errUnbound) {
 				return nil
 			}
@@ -371,7 +369,7 @@ func detach(ctx context.Context, dev string, grant func(Device) error) error {
 	err = unix.IoctlSetInt(fd, unix.LOOP_CLR_FD, 0)
 	// The kernel finishes the unbind when the last opener closes: us,
 	// unless someone else has the device open too.
-	f.Close()
+	unix.Close(fd)
 	if err != nil && !errors.Is(err, unix.ENXIO) {
 		return fmt.Errorf("detach %s: LOOP_CLR_FD: %w", dev, err)
 	}
@@ -457,23 +455,22 @@ func deviceSize(fd int) (int64, error) {
 // open file description, so that the lock ends with unlock (or the process)
 // and never lives on inside a loop device that holds the first one.
 func lockFile(ctx context.Context, fd int) (unlock func(), err error) {
-	lf, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	lfd, err := openNode("/proc/self/fd/"+strconv.Itoa(fd), unix.O_RDONLY)
 	if err != nil {
 		return nil, fmt.Errorf("reopen: %w", err)
 	}
-	lfd := int(lf.Fd())
 	delay := 100 * time.Microsecond
 	for {
 		err := unix.Flock(lfd, unix.LOCK_EX|unix.LOCK_NB)
 		if err == nil {
-			return func() { lf.Close() }, nil
+			return func() { unix.Close(lfd) }, nil
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			lf.Close()
+			unix.Close(lfd)
 			return nil, fmt.Errorf("flock: %w", err)
 		}
 		if err := sleep(ctx, delay); err != nil {
-			lf.Close()
+			unix.Close(lfd)
 			return nil, err
 		}
 		delay = min(2*delay, 10*time.Millisecond)
@@ -488,6 +485,23 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
+	}
+}
+
+// openNode opens path with open(2) itself: an os.File registers its
+// descriptor with the runtime's poller and switches it to blocking mode
+// again when asked for it (Fd), up to five more system calls per open that
+// a device node, a sysfs file or a lock's descriptor does not need. The
+// error is an *os.PathError, as os.OpenFile's.
+func openNode(path string, flags int) (int, error) {
+	for {
+		fd, err := unix.Open(path, flags|unix.O_CLOEXEC, 0)
+		if err == nil {
+			return fd, nil
+		}
+		if !errors.Is(err, unix.EINTR) {
+			return -1, &os.PathError{Op: "open", Path: path, Err: err}
+		}
 	}
 }
 

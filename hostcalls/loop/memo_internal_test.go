@@ -108,9 +108,9 @@ func countSysfs(t *testing.T) *int {
 		if strings.HasSuffix(name, "/loop/backing_file") {
 			*n++
 		}
-		return os.ReadFile(name)
+		return readAttribute(name)
 	}
-	t.Cleanup(func() { readSysfs = os.ReadFile })
+	t.Cleanup(func() { readSysfs = readAttribute })
 	return n
 }
 
@@ -294,5 +294,27 @@ func TestDetachBusyKeepsItsCodes(t *testing.T) {
 				t.Fatalf("a refused detach detached %s: %+v, %v, %v", d.Path, got, ok, err)
 			}
 		}
+	}
+}
+
+// TestReadAttribute: one read gets a sysfs attribute whole, as os.ReadFile
+// does with its reads to the end, and a missing one is os.ErrNotExist.
+func TestReadAttribute(t *testing.T) {
+	requireLoop(t)
+	file := imageIn(t, t.TempDir(), "a.img")
+	d, err := Attach(context.Background(), file, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := sysBlock + "/" + strings.TrimPrefix(d.Path, "/dev/") + "/loop/backing_file"
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readAttribute(path); err != nil || string(got) != string(want) || string(got) != file+"\n" {
+		t.Fatalf("readAttribute = %q, %v; want %q", got, err, want)
+	}
+	if _, err := readAttribute(sysBlock + "/loop-none/loop/backing_file"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("readAttribute of a missing attribute = %v, want not-exist", err)
 	}
 }
