@@ -160,8 +160,17 @@ func Inspect(ctx context.Context, device string) (*Inspection, error) {
 	in := &Inspection{f: f}
 	// The read also proves the device readable, so that blkid's "nothing
 	// found" below really means blank.
+	// The first 4 KiB hold the superblocks of ext2/3/4 and xfs; only
+	// without one of them is the rest read, for btrfs's at 64 KiB (a read
+	// of 68 KiB through a direct-I/O loop device costs about 2.5 times
+	// one of 4 KiB).
 	buf := make([]byte, superblockBytes)
-	n, err := f.ReadAt(buf, 0)
+	n, err := f.ReadAt(buf[:firstBytes], 0)
+	if err == nil && knownMagic(buf[:n]) == "" {
+		var m int
+		m, err = f.ReadAt(buf[n:], int64(n))
+		n += m
+	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		in.Close()
 		return nil, fmt.Errorf("probe %s: read: %w", device, err)

@@ -17,7 +17,12 @@ const (
 	ext4MagicOffset  = 1080 // s_magic, 0xEF53 little-endian, in the superblock at 1024
 	xfsMagicOffset   = 0    // "XFSB"
 	btrfsMagicOffset = 65600
-	probeBytes       = btrfsMagicOffset + 8
+	// firstBytes holds the ext and xfs superblocks, which Inspect
+	// recognizes without reading further. A device that holds one of them
+	// and a btrfs superblock at 64 KiB too (a filesystem made over another
+	// without wiping it) is taken for the ext or xfs: its first bytes are
+	// what the kernel mounts as that type.
+	firstBytes = 4 << 10
 )
 
 // ext superblock feature bits that tell ext4 from ext3 and ext2.

@@ -93,3 +93,32 @@ func TestKnownMagicShortInput(t *testing.T) {
 		}
 	}
 }
+
+// An ext4 over a btrfs that was not wiped still carries btrfs's magic at
+// 64 KiB; Inspect reads the first 4 KiB only and takes the ext4, whose
+// superblock is what a mount of the device finds.
+func TestInspectFirstBytesWin(t *testing.T) {
+	looptest.Require(t)
+	ctx := context.Background()
+	dev, _ := looptest.Device(t, 64<<20)
+	mounttest.Mkfs(t, "ext4", dev)
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.WriteAt([]byte("_BHRfS_M"), btrfsMagicOffset)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := Inspect(ctx, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	if in.Type != Ext4 || !in.SizeOK || in.Size.Type != Ext4 {
+		t.Fatalf("Inspect: %q, size %+v (%v); want ext4 with its size", in.Type, in.Size, in.SizeOK)
+	}
+}
