@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/binary"
 	"errors"
 	"path/filepath"
 	"slices"
@@ -378,4 +379,48 @@ func TestEphemeralVolumeIndex(t *testing.T) {
 	}
 	defer s.Close()
 	check("index built on open")
+}
+
+// A file of an older schema version may have been written by a daemon that
+// did not keep the indexes (its records changed without them): Open
+// builds them anew from the records and writes the new version in the
+// same transaction. Before, an index entry such a daemon left for a record
+// it removed made every start-up read DATA_LOSS.
+func TestDeletingIndexRebuiltOnUpgrade(t *testing.T) {
+	t.Run("volumes", func(t *testing.T) { testDeletingIndexRebuiltOnUpgrade(t, markedVolumes) })
+	t.Run("snapshots", func(t *testing.T) { testDeletingIndexRebuiltOnUpgrade(t, markedSnapshots) })
+}
+
+func testDeletingIndexRebuiltOnUpgrade[T any](t *testing.T, k markedKind[T]) {
+	s := openStore(t)
+	p := k.prefix
+	k.fill(t, s, 3, p+"2")
+	// What a version 2 daemon leaves: an entry for a record it removed,
+	// none for one it marked.
+	s = reopen(t, s, func(tx *bolt.Tx) error {
+		if err := tx.Bucket(k.index).Put([]byte(p+"gone"), []byte{}); err != nil {
+			return err
+		}
+		if err := tx.Bucket(k.index).Delete([]byte(p + "2")); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketMeta).Put(keySchema, binary.AppendUvarint(nil, 2))
+	})
+	want := []string{p + "2"}
+	if got := k.markedIDs(t, s); !slices.Equal(got, want) {
+		t.Errorf("marked: %v, want %v", got, want)
+	}
+	if got := k.indexed(t, s); !slices.Equal(got, want) {
+		t.Errorf("%s holds %v, want %v", k.index, got, want)
+	}
+	// Upgraded once: a second Open keeps the index as it is.
+	s = reopen(t, s, func(tx *bolt.Tx) error {
+		if v, _ := binary.Uvarint(tx.Bucket(bucketMeta).Get(keySchema)); v != SchemaVersion {
+			t.Errorf("schema version %d after the upgrade, want %d", v, SchemaVersion)
+		}
+		return nil
+	})
+	if got := k.indexed(t, s); !slices.Equal(got, want) {
+		t.Errorf("after a second Open %s holds %v, want %v", k.index, got, want)
+	}
 }

@@ -118,8 +118,14 @@ import (
 // SchemaVersion is the layout version this package reads and writes.
 // Version 2 added the write-ahead log beside the file: a file of version 2
 // may be missing changes that only its log holds, so a daemon that knows
-// only version 1 must refuse it. A version 1 file is upgraded on Open.
-const SchemaVersion = 2
+// only version 1 must refuse it. Version 3 has the derived index buckets
+// (volumes_deleting, ephemeral_volumes, snapshots_deleting), which log
+// records name: a daemon that knows only version 2 would take such a
+// record for a torn write and drop it with the record change it carries,
+// and would not keep the indexes. An older file is upgraded on Open, its
+// indexes built anew from the records (a version 2 daemon may have changed
+// the records without them), in one transaction with the new number.
+const SchemaVersion = 3
 
 var (
 	// ErrNotFound is returned, wrapped with the key, when a record does not exist.
@@ -244,11 +250,15 @@ func open(path string, opts options) (*Store, error) {
 	// bbolt's flock on the file also keeps other processes off its log.
 	var seq uint64
 	var seg *segment
-	err = db.Update(initSchema)
+	var version uint64
+	err = db.Update(func(tx *bolt.Tx) (err error) {
+		version, err = initSchema(tx)
+		return err
+	})
 	if err == nil {
 		var next uint64
 		if seq, next, err = recoverLog(db, path); err == nil {
-			err = openIndexes(db)
+			err = openIndexes(db, version)
 		}
 		if err == nil {
 			seg, err = startSegment(path, next)
@@ -274,42 +284,38 @@ func open(path string, opts options) (*Store, error) {
 }
 
 // initSchema checks the schema version of an existing file, or writes it
-// into a new one, and creates missing buckets.
-func initSchema(tx *bolt.Tx) error {
+// into a new one, and creates missing buckets. It returns the file's
+// version; openIndexes upgrades an older one.
+func initSchema(tx *bolt.Tx) (version uint64, err error) {
 	meta := tx.Bucket(bucketMeta)
 	if meta == nil {
 		empty := true
 		tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
 		if !empty {
-			return abi.Errorf(abi.FailedPrecondition, "not a wasmcsi state file: no meta bucket")
+			return 0, abi.Errorf(abi.FailedPrecondition, "not a wasmcsi state file: no meta bucket")
 		}
 	} else if raw := meta.Get(keySchema); raw != nil {
 		v, n := binary.Uvarint(raw)
 		switch {
 		case n <= 0 || n != len(raw) || v == 0:
-			return abi.Errorf(abi.DataLoss, "corrupt schema version")
+			return 0, abi.Errorf(abi.DataLoss, "corrupt schema version")
 		case v > SchemaVersion:
-			return abi.Errorf(abi.FailedPrecondition, "state schema version %d is newer than this daemon's %d; refusing to touch it", v, SchemaVersion)
-		case v < SchemaVersion:
-			// Version 1 differs only in having no log: the file holds
-			// everything, so the upgrade is the new number.
-			if err := meta.Put(keySchema, binary.AppendUvarint(nil, SchemaVersion)); err != nil {
-				return fmt.Errorf("upgrade schema version %d to %d: %w", v, SchemaVersion, err)
-			}
+			return 0, abi.Errorf(abi.FailedPrecondition, "state schema version %d is newer than this daemon's %d; refusing to touch it", v, SchemaVersion)
 		}
+		version = v
 	}
 	for _, name := range allBuckets {
 		if slices.ContainsFunc(derivedIndexes, func(d derivedIndex) bool { return bytes.Equal(d.bucket, name) }) {
 			continue
 		}
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-			return fmt.Errorf("create bucket %s: %w", name, err)
+			return 0, fmt.Errorf("create bucket %s: %w", name, err)
 		}
 	}
 	if tx.Bucket(bucketMeta).Get(keySchema) == nil {
-		return tx.Bucket(bucketMeta).Put(keySchema, binary.AppendUvarint(nil, SchemaVersion))
+		return SchemaVersion, tx.Bucket(bucketMeta).Put(keySchema, binary.AppendUvarint(nil, SchemaVersion))
 	}
-	return nil
+	return version, nil
 }
 
 // derivedIndex is an index bucket whose entries follow from the records
@@ -328,13 +334,15 @@ var derivedIndexes = []derivedIndex{
 // openIndexes makes each derived index a file lacks (a new file, or one
 // written before the index) from the records it indexes, in one
 // transaction with its bucket, so that a crash cannot leave the bucket
-// without its entries. It runs after the log's replay, which may change
-// such a file's records alone.
-func openIndexes(db *bolt.DB) error {
+// without its entries. A file of an older schema version gets every index
+// anew, and the new version number, in that same transaction. It runs
+// after the log's replay, which may change such a file's records alone.
+func openIndexes(db *bolt.DB, version uint64) error {
+	upgrade := version < SchemaVersion
 	var missing []derivedIndex
 	if err := db.View(func(tx *bolt.Tx) error {
 		for _, d := range derivedIndexes {
-			if tx.Bucket(d.bucket) == nil {
+			if upgrade || tx.Bucket(d.bucket) == nil {
 				missing = append(missing, d)
 			}
 		}
@@ -344,11 +352,19 @@ func openIndexes(db *bolt.DB) error {
 	}
 	return db.Update(func(tx *bolt.Tx) error {
 		for _, d := range missing {
+			if err := tx.DeleteBucket(d.bucket); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
+				return fmt.Errorf("drop bucket %s: %w", d.bucket, err)
+			}
 			if _, err := tx.CreateBucket(d.bucket); err != nil {
 				return fmt.Errorf("create bucket %s: %w", d.bucket, err)
 			}
 			if err := d.fill(tx); err != nil {
 				return fmt.Errorf("index %s: %w", d.bucket, err)
+			}
+		}
+		if upgrade {
+			if err := tx.Bucket(bucketMeta).Put(keySchema, binary.AppendUvarint(nil, SchemaVersion)); err != nil {
+				return fmt.Errorf("upgrade schema version %d to %d: %w", version, SchemaVersion, err)
 			}
 		}
 		return nil
