@@ -24,20 +24,23 @@ import (
 // loaded, a module error) stays logged: it is tried at the next start,
 // and the CO's next call for the volume or name settles it.
 func (s *Server) finishInterrupted(ctx context.Context) {
+	// A list that cannot be read is left for the next start; the others
+	// are still finished, but for the logged creates, which wait for the
+	// marked volumes: a marked deletion may supersede one.
 	dels, err := s.store.DeletingVolumes()
 	if err != nil {
-		s.log.Error("read volumes being deleted", "err", err)
-		return
+		s.log.Error("read volumes being deleted; logged creates wait for them", "err", err)
 	}
+	volumesRead := err == nil
 	snaps, err := s.store.DeletingSnapshots()
 	if err != nil {
 		s.log.Error("read snapshots being deleted", "err", err)
-		return
 	}
-	intents, err := s.store.ListIntents()
-	if err != nil {
-		s.log.Error("read logged operations", "err", err)
-		return
+	var intents []state.Intent
+	if volumesRead {
+		if intents, err = s.store.ListIntents(); err != nil {
+			s.log.Error("read logged operations", "err", err)
+		}
 	}
 	if len(dels) == 0 && len(snaps) == 0 && len(intents) == 0 {
 		return

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	bolt "go.etcd.io/bbolt"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -298,5 +299,53 @@ func TestCreateOverHeldDeletionAborts(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(d.pool, v.LocalID)); err != nil || !fi.IsDir() {
 		t.Fatalf("folder of the re-created volume: %v", err)
+	}
+}
+
+// TestUnreadableSnapshotMarksHoldOnlyThemselves: start-up finishes what
+// it can read. A damaged entry in the index of snapshots being deleted
+// (DATA_LOSS when read) must not keep a logged create from being finished:
+// before, start-up gave up on every list when one could not be read.
+func TestUnreadableSnapshotMarksHoldOnlyThemselves(t *testing.T) {
+	d := startDaemon(t, localdirOptions(t))
+	d.stop()
+	path := filepath.Join(d.cfg.StateDir, "wasmcsi.db")
+	store, err := state.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mreq := abi.CreateVolumeRequest{
+		Name: "logged", RequiredBytes: 1 << 20,
+		Capabilities: []abi.Capability{{AccessMode: abi.AccessSingleNodeWriter}},
+	}
+	if err := store.LogIntent(state.Intent{
+		Key: state.VolumeIntentKey(mreq.Name), Op: string(abi.OpCreateVolume), Backend: "localdir",
+		Request: mreq.AppendWire(nil), CreatedAt: time.Now().UTC(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("snapshots_deleting")).Put([]byte("no-such-snapshot"), []byte{})
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.start(t)
+	r, err := d.controller().ListVolumes(callCtx(t), &csi.ListVolumesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.GetEntries()) != 1 {
+		t.Fatalf("start-up should have finished the logged create despite the damaged snapshot index; listed %v", r.GetEntries())
 	}
 }
