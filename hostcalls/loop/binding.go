@@ -81,8 +81,9 @@ func resizeCall(ctx context.Context, env *hostcalls.Env, req *abi.LoopDeviceRequ
 }
 
 func detachCall(ctx context.Context, env *hostcalls.Env, req *abi.LoopDeviceRequest) (*abi.Empty, error) {
-	// The grant check reads the device through the descriptor that then
-	// detaches it: one open and one status for both.
+	// The grant is checked through a plain open first (a device not the
+	// caller's is never held exclusively), then confirmed through the
+	// exclusive descriptor that detaches it (see detach).
 	var detached Device
 	err := detach(ctx, req.Device, func(d Device) error {
 		if err := granted(env, d); err != nil {

@@ -23,20 +23,23 @@
 // device's path, and a later look at the same device in the same operation
 // (the host's claim after node_stage, the grant check of loop_detach after
 // loop_find) reads only the device's status and disk sequence number, by
-// ioctl, and reuses the backing file's path when both say the device is
-// still bound as it was. The kernel bumps the disk sequence number on every
+// ioctl, and the backing file's path from sysfs (a rename may have moved
+// the file, even out of the caller's roots, and the grant goes by the
+// path), and reuses the rest when both ioctls say the device is still
+// bound as it was. The kernel bumps the disk sequence number on every
 // bind and unbind (LOOP_CONFIGURE, LOOP_CLR_FD), and the status names the
 // backing file by st_dev and st_ino, so a device detached and bound again
 // meanwhile, to another file or to the same one, is described afresh.
-// What a reused description cannot see is a rename or unlink of the backing
-// file during the operation, as a fresh one cannot see one between its
-// sysfs read and its use. Before Linux 5.15 (no BLKGETDISKSEQ) only the
-// status tells bindings apart.
+// Before Linux 5.15 (no BLKGETDISKSEQ) only the status tells bindings
+// apart.
 //
-// The loop_detach host call checks its grant through the descriptor that
-// then detaches the device (opened O_EXCL): one open and one status for
-// both.
-//
+// The loop_detach host call checks its grant through a plain open before
+// it opens the device O_EXCL, which claims the device while it lasts: a
+// caller the device is not granted to never holds it (the owner's mkfs or
+// mount would fail with EBUSY meanwhile). Through the exclusive descriptor
+// it then confirms, by status and disk sequence number alone, that the
+// device is still bound as the grant saw it, and detaches it.
+
 // # Concurrency
 //
 // Attach takes no process-wide lock. Picking a device is the kernel's job:

@@ -101,7 +101,7 @@ func status(ctx context.Context, dev string, size bool) (d Device, bound bool, e
 	if err != nil {
 		return Device{}, false, fmt.Errorf("%s: LOOP_GET_STATUS64: %w", dev, err)
 	}
-	d, err = recall(ctx, dev, fd, info, size)
+	d, err = recall(ctx, dev, fd, info, size, true)
 	if errors.Is(err, unix.ENXIO) {
 		return Device{}, false, nil
 	}
@@ -228,14 +228,9 @@ func describeStatus(path string, fd int, info *unix.LoopInfo64) (Device, error) 
 	}
 	d := Device{Path: path, Dev: info.Device, Inode: info.Inode, SizeBytes: size}
 	d.setFlags(info)
-	raw, err := readSysfs(sysBlock + "/" + strings.TrimPrefix(path, "/dev/") + "/loop/backing_file")
-	if errors.Is(err, os.ErrNotExist) {
-		return Device{}, unix.ENXIO // unbound between the ioctl and now
-	}
-	if err != nil {
+	if d.BackingFile, d.BackingDeleted, err = backingFile(path, fileID{d.Dev, d.Inode}); err != nil {
 		return Device{}, err
 	}
-	d.BackingFile, d.BackingDeleted = backingPath(strings.TrimSuffix(string(raw), "\n"), fileID{d.Dev, d.Inode})
 	return d, nil
 }
 
@@ -272,6 +267,20 @@ func (d *Device) setFlags(info *unix.LoopInfo64) {
 	d.DirectIO = info.Flags&unix.LO_FLAGS_DIRECT_IO != 0
 	d.ReadOnly = info.Flags&unix.LO_FLAGS_READ_ONLY != 0
 	d.AutoClear = info.Flags&unix.LO_FLAGS_AUTOCLEAR != 0
+}
+
+// backingFile reads the path of the file backing the loop device at path
+// (see backingPath); an unbound device is unix.ENXIO.
+func backingFile(path string, id fileID) (file string, deleted bool, err error) {
+	raw, err := readSysfs(sysBlock + "/" + strings.TrimPrefix(path, "/dev/") + "/loop/backing_file")
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, unix.ENXIO // unbound between the ioctl and now
+	}
+	if err != nil {
+		return "", false, err
+	}
+	file, deleted = backingPath(strings.TrimSuffix(string(raw), "\n"), id)
+	return file, deleted, nil
 }
 
 // backingPath splits the " (deleted)" suffix the kernel appends to an

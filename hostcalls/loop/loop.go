@@ -327,6 +327,22 @@ func detach(ctx context.Context, dev string, grant func(Device) error) error {
 	if err := checkDevicePath(dev); err != nil {
 		return fmt.Errorf("detach %s: %w", dev, err)
 	}
+	if grant != nil {
+		// The grant first, through a plain open: the exclusive open below
+		// claims the device while it lasts, which a caller the device is
+		// not granted to must never do (another module's mkfs or mount
+		// would fail with EBUSY meanwhile).
+		d, bound, err := status(ctx, dev, false)
+		if err == nil && bound {
+			err = grant(d)
+		}
+		switch {
+		case (err == nil && !bound) || errors.Is(err, errUnbound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("detach %s: %w", dev, err)
+		}
+	}
 	// O_EXCL on a block device claims it: this fails with EBUSY while a
 	// filesystem is mounted on it or device-mapper holds it.
 	fd, err := openNode(dev, unix.O_RDONLY|unix.O_EXCL)
@@ -390,7 +406,7 @@ func grantBound(ctx context.Context, dev string, fd int, info *unix.LoopInfo64, 
 	if err != nil {
 		return fmt.Errorf("LOOP_GET_STATUS64: %w", err)
 	}
-	d, err := recall(ctx, dev, fd, info, false)
+	d, err := recall(ctx, dev, fd, info, false, false)
 	if errors.Is(err, unix.ENXIO) {
 		return errUnbound
 	}

@@ -48,13 +48,26 @@ func forget(ctx context.Context, dev string) {
 // sequence number and backing file identity), with the flags of info and,
 // when size is set, the size read now; afresh otherwise, and remembered.
 // An unbound device is unix.ENXIO.
-func recall(ctx context.Context, path string, fd int, info *unix.LoopInfo64, size bool) (Device, error) {
+//
+// reread makes a hit read the backing file's path again. Every caller sets
+// it but detach's exclusive check, whose grant check read the path a
+// moment before in the same call.
+func recall(ctx context.Context, path string, fd int, info *unix.LoopInfo64, size, reread bool) (d Device, err error) {
 	seq := diskSeq(fd)
 	if v, ok := hostcalls.MemoOf(ctx).Load(memoKey(path)); ok {
 		m := v.(memoized)
 		if m.seq == seq && m.d.Dev == info.Device && m.d.Inode == info.Inode {
-			d := m.d
+			d = m.d
 			d.setFlags(info)
+			// The same file, but its path may have changed (a rename, even
+			// out of the caller's roots): the grant checks the path, so it
+			// is read again, as the kernel shows it now.
+			if reread {
+				if d.BackingFile, d.BackingDeleted, err = backingFile(path, fileID{d.Dev, d.Inode}); err != nil {
+					return Device{}, err
+				}
+				remember(ctx, d, seq)
+			}
 			if size {
 				n, err := deviceSize(fd)
 				if err != nil {
@@ -65,8 +78,7 @@ func recall(ctx context.Context, path string, fd int, info *unix.LoopInfo64, siz
 			return d, nil
 		}
 	}
-	d, err := describeStatus(path, fd, info)
-	if err != nil {
+	if d, err = describeStatus(path, fd, info); err != nil {
 		return Device{}, err
 	}
 	remember(ctx, d, seq)

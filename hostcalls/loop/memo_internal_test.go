@@ -117,7 +117,9 @@ func countSysfs(t *testing.T) *int {
 // TestOneDescriptionPerOperation: within one operation (one memo), the
 // claim after loop_attach and the grant check of loop_detach after
 // loop_find reuse the description the first call read, where each used to
-// read the device's sysfs backing_file again. The answers are those of a
+// describe the device again; each reads only the backing file's path
+// again (a rename may have moved it), and loop_detach's exclusive check
+// after its grant check reads nothing more. The answers are those of a
 // fresh description.
 func TestOneDescriptionPerOperation(t *testing.T) {
 	requireLoop(t)
@@ -139,8 +141,8 @@ func TestOneDescriptionPerOperation(t *testing.T) {
 	if want := fmt.Sprintf("%d:%d", st.Dev, st.Ino); err != nil || !owned || id != want {
 		t.Fatalf("claim after attach = %q, %v, %v; want %q, true", id, owned, err, want)
 	}
-	if *reads != 1 {
-		t.Errorf("attach and claim read backing_file %d times, want 1", *reads)
+	if *reads != 2 {
+		t.Errorf("attach and claim read backing_file %d times, want 2", *reads)
 	}
 
 	*reads = 0
@@ -152,8 +154,8 @@ func TestOneDescriptionPerOperation(t *testing.T) {
 	if err := call(t, unstage, env, abi.HostCallLoopDetach, &abi.LoopDeviceRequest{Device: found.Device.Path}, &abi.Empty{}); err != nil {
 		t.Fatal(err)
 	}
-	if *reads != 1 {
-		t.Errorf("find and detach read backing_file %d times, want 1", *reads)
+	if *reads != 2 {
+		t.Errorf("find and detach read backing_file %d times, want 2", *reads)
 	}
 	if _, ok, err := Find(context.Background(), file); err != nil || ok {
 		t.Fatalf("after loop_detach the file is still attached (%v, %v)", ok, err)
@@ -257,9 +259,9 @@ func imageCleanup(t *testing.T, file string) {
 	})
 }
 
-// TestDetachBusyKeepsItsCodes: loop_detach opens the device exclusively
-// before it checks the grant, and a device in use fails that open; the
-// answer is still the grant's first (PERMISSION_DENIED for a device
+// TestDetachBusyKeepsItsCodes: loop_detach checks the grant before it opens
+// the device exclusively, and a device in use fails that open; the
+// answer is the grant's first (PERMISSION_DENIED for a device
 // backed outside the roots, busy or not) and FAILED_PRECONDITION for a
 // busy device of the caller's, and neither is detached.
 func TestDetachBusyKeepsItsCodes(t *testing.T) {
@@ -316,5 +318,63 @@ func TestReadAttribute(t *testing.T) {
 	}
 	if _, err := readAttribute(sysBlock + "/loop-none/loop/backing_file"); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("readAttribute of a missing attribute = %v, want not-exist", err)
+	}
+}
+
+// TestMemoSeesARename: the memo's description keeps the backing file's
+// identity, but the file may have been renamed since, out of the caller's
+// roots: the claim and loop_detach's grant check go by the path the kernel
+// shows now.
+func TestMemoSeesARename(t *testing.T) {
+	requireLoop(t)
+	root, outsideDir := t.TempDir(), t.TempDir()
+	file := imageIn(t, root, "moved.img")
+	env := &hostcalls.Env{Module: "test", Roots: []string{root}}
+	ctx := hostcalls.WithMemo(context.Background())
+	var dev abi.LoopDevice
+	if err := call(t, ctx, env, abi.HostCallLoopAttach, &abi.LoopAttachRequest{File: file}, &dev); err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(outsideDir, "moved.img")
+	if err := os.Rename(file, moved); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Rename(moved, file) })
+	if _, owned, err := Devices.OwnsDevice(ctx, hostcalls.Device{Path: dev.Path, Real: dev.Path}, env.Roots); err != nil || owned {
+		t.Errorf("claim of a device whose file was moved out of the roots = %v, %v; want not owned", owned, err)
+	}
+	err := call(t, ctx, env, abi.HostCallLoopDetach, &abi.LoopDeviceRequest{Device: dev.Path}, &abi.Empty{})
+	if abi.CodeOf(err) != abi.PermissionDenied {
+		t.Errorf("loop_detach of a device whose file was moved out of the roots = %v, want PERMISSION_DENIED", err)
+	}
+}
+
+// TestRefusedDetachClaimsNothing: a caller the device is not granted to
+// must not hold it exclusively even for the time of its refused
+// loop_detach: the owner's mkfs or mount would fail with EBUSY meanwhile.
+// The grant is checked before the exclusive open.
+func TestRefusedDetachClaimsNothing(t *testing.T) {
+	requireLoop(t)
+	ctx := context.Background()
+	d, err := Attach(ctx, imageIn(t, t.TempDir(), "theirs.img"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed := false
+	err = detach(hostcalls.WithMemo(ctx), d.Path, func(Device) error {
+		// What the owner would do at this moment.
+		fd, err := unix.Open(d.Path, unix.O_RDONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.EBUSY) {
+			claimed = true
+		} else if err == nil {
+			unix.Close(fd)
+		}
+		return abi.Errorf(abi.PermissionDenied, "not yours")
+	})
+	if abi.CodeOf(err) != abi.PermissionDenied {
+		t.Fatalf("detach = %v, want PERMISSION_DENIED", err)
+	}
+	if claimed {
+		t.Error("the device was held exclusively while the grant was checked")
 	}
 }
