@@ -193,6 +193,9 @@ func run(ctx context.Context, cfg config) (err error) {
 		// What any CSI driver's stage cycle pays before it does anything:
 		// two gRPC round trips, timed with a call that does no work.
 		for _, d := range drivers {
+			if stageSkip != "" {
+				break
+			}
 			v, err := rpcPair(ctx, d, cfg.dur/4)
 			if err != nil {
 				return fmt.Errorf("%s: round %d: %w", d.name, r+1, err)
@@ -236,7 +239,7 @@ func run(ctx context.Context, cfg config) (err error) {
 		}
 	}
 	for _, d := range []string{"wasmcsi", "hostpath"} {
-		if vs, ok := res[rpcPairMetric][d]; ok {
+		if vs, ok := res[rpcPairMetric][d]; ok && stageSkip == "" {
 			fmt.Printf("%-28s %-9s %s  %8.0f\n", rpcPairMetric, d, roundCells(vs, "%8.0f"), median(vs))
 		}
 	}

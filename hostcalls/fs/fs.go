@@ -108,7 +108,9 @@ func MinimumSize(fstype string) (int64, error) {
 // "LVM2_member", "linux_raid_member", "swap", ...), a partition-table type
 // ("gpt", "dos", ...) when there is no filesystem, or "" when blkid finds no
 // signature at all. Only "" means the device may be formatted. Signatures
-// that contradict each other are an abi.FailedPrecondition error.
+// that contradict each other are an abi.FailedPrecondition error (blkid's
+// "ambivalent" answer), except where the first 4 KiB hold an ext or xfs
+// superblock: that filesystem is the answer (see Inspect).
 func Probe(ctx context.Context, device string) (string, error) {
 	in, err := Inspect(ctx, device)
 	if err != nil {
