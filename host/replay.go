@@ -45,12 +45,25 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 	if len(dels) == 0 && len(snaps) == 0 && len(intents) == 0 {
 		return
 	}
-	var dirs hostcalls.DirSyncs
-	var complete []func() error
+	// What each backend repeated completes once its pool folders are
+	// synced, backend by backend: one whose storage fails holds back only
+	// its own completions. Dropping an intent that names no backend's
+	// change waits for nothing.
+	type repeatedBy struct {
+		dirs     hostcalls.DirSyncs
+		complete []func() error
+	}
+	byBackend := map[string]*repeatedBy{}
+	group := func(name string) *repeatedBy {
+		g := byBackend[name]
+		if g == nil {
+			g = &repeatedBy{}
+			byBackend[name] = g
+		}
+		return g
+	}
+	var free []func() error
 	deleting := map[string]bool{}
-	// The backends whose operations were repeated: only their pool
-	// folders may hold a change whose sync the crash cut off.
-	repeated := map[string]bool{}
 	for _, v := range dels {
 		deleting[v.Name] = true
 		b, ok := s.backends.Load().get(v.Backend)
@@ -58,13 +71,13 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 			s.log.Warn("volume being deleted waits for its backend", "volume", v.ID, "backend", v.Backend)
 			continue
 		}
-		repeated[b.name] = true
-		if err := b.call(s.deferSyncs(ctx, b, &dirs), abi.OpDeleteVolume, &abi.DeleteVolumeRequest{Volume: volumeRef(&v)}, &abi.Empty{}); err != nil {
+		g := group(b.name)
+		if err := b.call(s.deferSyncs(ctx, b, &g.dirs), abi.OpDeleteVolume, &abi.DeleteVolumeRequest{Volume: volumeRef(&v)}, &abi.Empty{}); err != nil {
 			s.log.Error("finish the deletion of a volume; the next DeleteVolume or start tries again", "volume", v.ID, "err", err)
 			continue
 		}
 		s.log.Info("finished the deletion of a volume", "volume", v.ID)
-		complete = append(complete, func() error { return ignoreNotFound(s.store.DeleteVolumeSoon(v.ID)) })
+		g.complete = append(g.complete, func() error { return ignoreNotFound(s.store.DeleteVolumeSoon(v.ID)) })
 	}
 	for _, sn := range snaps {
 		b, ok := s.backends.Load().get(sn.Backend)
@@ -72,13 +85,13 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 			s.log.Warn("snapshot being deleted waits for its backend", "snapshot", sn.ID, "backend", sn.Backend)
 			continue
 		}
-		repeated[b.name] = true
-		if err := s.callDeleteSnapshot(s.deferSyncs(ctx, b, &dirs), b, &sn); err != nil {
+		g := group(b.name)
+		if err := s.callDeleteSnapshot(s.deferSyncs(ctx, b, &g.dirs), b, &sn); err != nil {
 			s.log.Error("finish the deletion of a snapshot; the next DeleteSnapshot or start tries again", "snapshot", sn.ID, "err", err)
 			continue
 		}
 		s.log.Info("finished the deletion of a snapshot", "snapshot", sn.ID)
-		complete = append(complete, func() error { return ignoreNotFound(s.store.DeleteSnapshotSoon(sn.ID)) })
+		g.complete = append(g.complete, func() error { return ignoreNotFound(s.store.DeleteSnapshotSoon(sn.ID)) })
 	}
 	for _, in := range intents {
 		drop := func() error { return s.store.DropIntentSoon(in.Key, in.CreatedAt) }
@@ -89,7 +102,7 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 		}
 		if deleting[name] {
 			// Logged before the deletion of its volume, which settles it.
-			complete = append(complete, drop)
+			free = append(free, drop)
 			continue
 		}
 		b, ok := s.backends.Load().get(in.Backend)
@@ -100,28 +113,30 @@ func (s *Server) finishInterrupted(ctx context.Context) {
 		var mreq abi.CreateVolumeRequest
 		if err := mreq.UnmarshalWire(in.Request); err != nil {
 			s.log.Error("logged create does not decode; dropped", "name", name, "err", err)
-			complete = append(complete, drop)
+			free = append(free, drop)
 			continue
 		}
-		repeated[b.name] = true
-		v, err := s.createAndRecord(s.deferSyncs(ctx, b, &dirs), b, &in, &mreq)
+		g := group(b.name)
+		v, err := s.createAndRecord(s.deferSyncs(ctx, b, &g.dirs), b, &in, &mreq)
 		if err != nil {
 			s.log.Error("finish a logged create; the next CreateVolume of its name or start tries again", "name", name, "err", err)
 			continue
 		}
 		s.log.Info("finished a logged create", "name", name, "volume", v.ID)
-		complete = append(complete, drop)
+		g.complete = append(g.complete, drop)
 	}
 	// A repeated create that found its volume may not have touched, nor
-	// reported, the pool folder whose sync the crash cut off: sync every
-	// pool folder of the backends that repeated something, then complete.
-	// Another backend's folders are not waited for: one whose storage
-	// fails would hold back every backend's completions.
-	if err := s.syncPools(dirs.Dirs(), slices.Sorted(maps.Keys(repeated))...); err != nil {
-		s.log.Error("the operations finished now complete at the next start", "err", err)
-		return
+	// reported, the pool folder whose sync the crash cut off: every pool
+	// folder of the backend is synced, then its operations complete.
+	for _, name := range slices.Sorted(maps.Keys(byBackend)) {
+		g := byBackend[name]
+		if err := s.syncPools(g.dirs.Dirs(), name); err != nil {
+			s.log.Error("the operations finished now complete at the next start", "backend", name, "err", err)
+			continue
+		}
+		free = append(free, g.complete...)
 	}
-	for _, c := range complete {
+	for _, c := range free {
 		if err := c(); err != nil {
 			s.log.Error("complete a finished operation", "err", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -188,28 +189,27 @@ func TestBrokenFolderHoldsOnlyItsOwnAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mreq := abi.CreateVolumeRequest{
-		Name: "logged", RequiredBytes: 1 << 20,
-		Capabilities: []abi.Capability{{AccessMode: abi.AccessSingleNodeWriter}},
-	}
-	intent := state.Intent{
-		Key: state.VolumeIntentKey(mreq.Name), Op: string(abi.OpCreateVolume), Backend: "localdir",
-		Request: mreq.AppendWire(nil), CreatedAt: time.Now().UTC(),
-	}
-	if err := store.LogIntent(intent); err != nil {
-		t.Fatal(err)
+	// A logged create on each backend: localdir's completes, other's waits.
+	for _, backend := range []string{"localdir", "other"} {
+		mreq := abi.CreateVolumeRequest{
+			Name: "logged-" + backend, RequiredBytes: 1 << 20,
+			Capabilities: []abi.Capability{{AccessMode: abi.AccessSingleNodeWriter}},
+		}
+		if err := store.LogIntent(state.Intent{
+			Key: state.VolumeIntentKey(mreq.Name), Op: string(abi.OpCreateVolume), Backend: backend,
+			Request: mreq.AppendWire(nil), CreatedAt: time.Now().UTC(),
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := store.Close(); err != nil {
 		t.Fatal(err)
 	}
 	d.start(t)
-	var id string
 	if r, err := d.controller().ListVolumes(callCtx(t), &csi.ListVolumesRequest{}); err != nil {
 		t.Fatal(err)
-	} else if len(r.GetEntries()) != 1 {
-		t.Fatalf("start-up should have finished the logged create; listed %v", r.GetEntries())
-	} else {
-		id = r.GetEntries()[0].GetVolume().GetVolumeId()
+	} else if len(r.GetEntries()) != 2 {
+		t.Fatalf("start-up should have finished both logged creates; listed %v", r.GetEntries())
 	}
 	d.stop()
 	store, err = state.Open(filepath.Join(d.cfg.StateDir, "wasmcsi.db"))
@@ -217,12 +217,18 @@ func TestBrokenFolderHoldsOnlyItsOwnAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	if in, err := store.ListIntents(); err != nil {
+	in, err := store.ListIntents()
+	if err != nil {
 		t.Fatal(err)
-	} else if len(in) != 0 {
-		t.Fatalf("the finished create is still logged, to be repeated at every start: %+v", in)
 	}
-	if v, err := store.GetVolume(id); err != nil || v.Name != mreq.Name {
+	var logged []string
+	for _, i := range in {
+		logged = append(logged, i.Key)
+	}
+	if want := []string{state.VolumeIntentKey("logged-other")}; !slices.Equal(logged, want) {
+		t.Fatalf("logged after the start: %v; want only %v (the healthy backend's create completes, the other waits for its folder)", logged, want)
+	}
+	if v, err := store.VolumeByName("logged-localdir"); err != nil {
 		t.Fatalf("record of the finished create: %+v, %v", v, err)
 	}
 }
