@@ -241,7 +241,7 @@ func newNodeVolume(b *testing.B, d *daemon, name string, c *csi.VolumeCapability
 		if file != "" {
 			if dev, ok, err := loop.Find(ctx, file); err == nil && ok {
 				b.Errorf("cleanup: %s still attached to %s", file, dev.Path)
-				_ = loop.Detach(ctx, dev.Path)
+				_ = loop.DetachBound(ctx, dev)
 			}
 		}
 		if _, err := d.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: v.id}); err != nil {

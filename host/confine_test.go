@@ -43,7 +43,7 @@ func TestStageConfinedToRoots(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := loop.Detach(context.Background(), inside.Path); err != nil {
+		if err := loop.DetachBound(context.Background(), inside); err != nil {
 			t.Errorf("detach %s: %v", inside.Path, err)
 		}
 	})

@@ -72,7 +72,7 @@ func releaseUnder(t *testing.T, dirs ...string) {
 		for _, dev := range devs {
 			for _, dir := range dirs {
 				if strings.HasPrefix(dev.BackingFile, dir+"/") {
-					if err := loop.Detach(context.Background(), dev.Path); err != nil {
+					if err := loop.DetachBound(context.Background(), dev); err != nil {
 						t.Errorf("cleanup: detach %s (%s): %v", dev.Path, dev.BackingFile, err)
 					}
 					break

@@ -217,7 +217,7 @@ func TestLoopfileReadOnlyOrphanReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { loop.Detach(context.Background(), orphan.Path) })
+	t.Cleanup(func() { loop.DetachBound(context.Background(), orphan) })
 	isOrphan := func(f host.Finding) bool { return f.Kind == "orphan-loop" && f.Path == orphan.Path }
 	if findings := d.srv.Reconcile(ctx, false); !slices.ContainsFunc(findings, isOrphan) {
 		t.Errorf("Reconcile does not report %s over the staged %s: %v", orphan.Path, staged, findings)

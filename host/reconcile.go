@@ -156,9 +156,14 @@ func (s *Server) reconcile(ctx context.Context, clean bool) ([]Finding, error) {
 			s.log.Warn("reconcile: unmount", "path", m, "err", err)
 		}
 	}
+	// Each device as observed: one freed since may back another's file.
+	observed := map[string]node.Loop{}
+	for _, d := range seen.Loops {
+		observed[d.Path] = d
+	}
 	for _, f := range out {
-		if f.Kind == "orphan-loop" {
-			if err := s.node.Detach(ctx, f.Path); err != nil {
+		if d, ok := observed[f.Path]; ok && f.Kind == "orphan-loop" {
+			if err := s.node.Detach(ctx, d.Device); err != nil {
 				s.log.Warn("reconcile: detach", "device", f.Path, "err", err)
 			}
 		}

@@ -370,7 +370,7 @@ func mdDetachUnder(t *testing.T, dir string) {
 	}
 	for _, dv := range devs {
 		if strings.HasPrefix(dv.BackingFile, dir+"/") {
-			if err := loop.Detach(context.Background(), dv.Path); err != nil {
+			if err := loop.DetachBound(context.Background(), dv); err != nil {
 				t.Errorf("detach %s: %v", dv.Path, err)
 			}
 		}

@@ -131,7 +131,7 @@ func TestBindingRemoveRefusesAttachedFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { loop.Detach(ctx, d.Path) })
+	t.Cleanup(func() { loop.DetachBound(ctx, d) })
 	if err := hostCall(t, env, abi.HostCallFileRemove, &abi.FileRequest{Path: vol}, &empty); abi.CodeOf(err) != abi.FailedPrecondition {
 		t.Fatalf("file_remove of an attached file = %v, want FAILED_PRECONDITION", err)
 	}

@@ -27,7 +27,7 @@ func attachLoop(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := loop.Detach(context.Background(), d.Path); err != nil {
+		if err := loop.DetachBound(context.Background(), d); err != nil {
 			t.Errorf("detach %s: %v", d.Path, err)
 		}
 	})

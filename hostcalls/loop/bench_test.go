@@ -132,7 +132,7 @@ func BenchmarkStageUnstageCalls(b *testing.B) {
 	}
 	b.Cleanup(func() {
 		if d, ok, err := loop.Find(context.Background(), file); err == nil && ok {
-			loop.Detach(context.Background(), d.Path)
+			loop.DetachBound(context.Background(), d)
 		}
 	})
 	for b.Loop() {

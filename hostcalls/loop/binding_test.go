@@ -37,7 +37,11 @@ func TestBindings(t *testing.T) {
 	if err := hostCall(t, env, abi.HostCallLoopAttach, &abi.LoopAttachRequest{File: file}, &dev); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { loop.Detach(context.Background(), dev.Path) })
+	t.Cleanup(func() {
+		if d, ok, err := loop.Find(context.Background(), file); err == nil && ok {
+			loop.DetachBound(context.Background(), d)
+		}
+	})
 	if dev.File != file || dev.SizeBytes != 4*mib || dev.ReadOnly {
 		t.Fatalf("loop_attach = %+v", dev)
 	}
@@ -119,7 +123,7 @@ func TestBindingsConfine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { loop.Detach(ctx, other.Path) })
+	t.Cleanup(func() { loop.DetachBound(ctx, other) })
 	var empty abi.Empty
 	if err := hostCall(t, env, abi.HostCallLoopDetach, &abi.LoopDeviceRequest{Device: other.Path}, &empty); abi.CodeOf(err) != abi.PermissionDenied {
 		t.Fatalf("loop_detach of a foreign device = %v, want PERMISSION_DENIED", err)

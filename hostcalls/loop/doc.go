@@ -39,7 +39,16 @@
 // mount would fail with EBUSY meanwhile). Through the exclusive descriptor
 // it then confirms, by status and disk sequence number alone, that the
 // device is still bound as the grant saw it, and detaches it.
-
+//
+// A device number names a binding only while it lasts: once a device is
+// detached, LOOP_CTL_GET_FREE hands the number to the next attacher of any
+// process, usually at once. A detach by path of a device seen earlier (a
+// cleanup, a sweep after a listing) therefore uses DetachBound, which
+// unbinds the device only while the file it was seen with still backs it,
+// as the detaching descriptor shows; Detach unbinds whatever backs the
+// number now. A stale detach by path once unbound a device another process
+// had just attached, between its LOOP_CONFIGURE and its next look.
+//
 // # Concurrency
 //
 // Attach takes no process-wide lock. Picking a device is the kernel's job:

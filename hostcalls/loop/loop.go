@@ -311,8 +311,26 @@ func Resize(ctx context.Context, dev string) (int64, error) {
 // process holds the device open without a claim (a probe, a reader), the
 // kernel unbinds it on that last close; Detach waits for that a short while
 // (at most 2 s, less if ctx ends first) and then succeeds either way.
+// It unbinds whatever file backs dev now: a caller that learned of the
+// device earlier detaches it with DetachBound.
 func Detach(ctx context.Context, dev string) error {
 	return detach(ctx, dev, nil)
+}
+
+// DetachBound is Detach of the device d that Attach, Find, Status or List
+// described: it unbinds d.Path only while the file d names (Dev, Inode)
+// still backs it, as the descriptor that unbinds it shows. A device number
+// is only a name: once its file is detached, any process may bind another
+// file to it, and a detach by path from someone who saw the old binding (a
+// cleanup, a sweep after a listing) would unbind that process's device. A
+// device that is free or backs another file is left alone (nil).
+func DetachBound(ctx context.Context, d Device) error {
+	return detach(ctx, d.Path, func(now Device) error {
+		if now.Dev != d.Dev || now.Inode != d.Inode {
+			return errUnbound // not d's binding any more: nothing of ours
+		}
+		return nil
+	})
 }
 
 // errUnbound is what a grant answers for a device it finds unbound.

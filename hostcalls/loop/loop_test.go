@@ -29,7 +29,7 @@ func attach(t *testing.T, file string, opts loop.Options) loop.Device {
 		t.Fatalf("attach %s: %v", file, err)
 	}
 	t.Cleanup(func() {
-		if err := loop.Detach(context.Background(), d.Path); err != nil {
+		if err := loop.DetachBound(context.Background(), d); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
@@ -88,7 +88,9 @@ func TestAttachFindResizeDetach(t *testing.T) {
 	if found, ok, err := loop.Find(ctx, file); err != nil || ok {
 		t.Fatalf("find after detach = %+v, %v, %v; want not found", found, ok, err)
 	}
-	if err := loop.Detach(ctx, d.Path); err != nil {
+	// Detached once, the number is anyone's: a second detach by path
+	// could unbind another process's device.
+	if err := loop.DetachBound(ctx, d); err != nil {
 		t.Fatalf("second detach: %v", err)
 	}
 	if _, err := loop.Resize(ctx, d.Path); abi.CodeOf(err) != abi.NotFound {
@@ -134,8 +136,11 @@ func TestAttachFindsDeviceOfAnotherProcess(t *testing.T) {
 	}
 	theirs := strings.TrimSpace(string(out))
 	t.Cleanup(func() {
-		if err := loop.Detach(context.Background(), theirs); err != nil {
-			t.Errorf("cleanup: %v", err)
+		// By the file: attach's cleanup detaches the device first.
+		if d, ok, err := loop.Find(context.Background(), file); err == nil && ok {
+			if err := loop.DetachBound(context.Background(), d); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
 		}
 	})
 	d := attach(t, file, loop.Options{})
@@ -173,7 +178,7 @@ func TestAttachConcurrentFiles(t *testing.T) {
 			continue
 		}
 		t.Cleanup(func() {
-			if err := loop.Detach(context.Background(), d.Path); err != nil {
+			if err := loop.DetachBound(context.Background(), d); err != nil {
 				t.Error(err)
 			}
 		})
@@ -198,17 +203,17 @@ func TestAttachSameFileConcurrently(t *testing.T) {
 		wg.Go(func() { devs[i], errs[i] = loop.Attach(context.Background(), file, loop.Options{}) })
 	}
 	wg.Wait()
-	paths := map[string]bool{}
+	paths := map[string]loop.Device{}
 	for i := range n {
 		if errs[i] != nil {
 			t.Errorf("attach %d: %v", i, errs[i])
 			continue
 		}
-		paths[devs[i].Path] = true
+		paths[devs[i].Path] = devs[i]
 	}
-	for p := range paths {
+	for _, d := range paths {
 		t.Cleanup(func() {
-			if err := loop.Detach(context.Background(), p); err != nil {
+			if err := loop.DetachBound(context.Background(), d); err != nil {
 				t.Error(err)
 			}
 		})
@@ -250,7 +255,7 @@ func TestReadOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { loop.Detach(ctx, d2.Path) })
+	t.Cleanup(func() { loop.DetachBound(ctx, d2) })
 	if !d2.ReadOnly {
 		t.Fatalf("device over a read-only descriptor = %+v, want read-only", d2)
 	}
@@ -424,7 +429,7 @@ func TestAttachCanceled(t *testing.T) {
 	cancel()
 	d, err := loop.Attach(ctx, looptest.SparseFile(t, mib), loop.Options{})
 	if !errors.Is(err, context.Canceled) {
-		loop.Detach(context.Background(), d.Path)
+		loop.DetachBound(context.Background(), d)
 		t.Fatalf("attach with a canceled context = %+v, %v", d, err)
 	}
 }
@@ -467,8 +472,9 @@ func TestStatus(t *testing.T) {
 	if err := loop.Detach(ctx, dev); err != nil {
 		t.Fatal(err)
 	}
-	if _, bound, err := loop.Status(ctx, dev); err != nil || bound {
-		t.Fatalf("detached device: bound %v, %v", bound, err)
+	// Free, the number may already back another process's file.
+	if now, bound, err := loop.Status(ctx, dev); err != nil || (bound && now.Dev == d.Dev && now.Inode == d.Inode) {
+		t.Fatalf("detached device: %+v, bound %v, %v", now, bound, err)
 	}
 }
 

@@ -47,7 +47,7 @@ func imageIn(t *testing.T, dir, name string) string {
 			if err != nil || !ok {
 				return
 			}
-			if err := Detach(ctx, d.Path); err != nil {
+			if err := DetachBound(ctx, d); err != nil {
 				t.Errorf("cleanup: %v", err)
 				return
 			}
@@ -252,7 +252,7 @@ func imageCleanup(t *testing.T, file string) {
 	t.Cleanup(func() {
 		ctx := context.Background()
 		if d, ok, err := Find(ctx, file); err == nil && ok {
-			if err := Detach(ctx, d.Path); err != nil {
+			if err := DetachBound(ctx, d); err != nil {
 				t.Errorf("cleanup: %v", err)
 			}
 		}

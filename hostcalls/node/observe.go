@@ -88,8 +88,9 @@ func (n *Node) Observe(ctx context.Context, roots []string) (Observation, error)
 	return o, nil
 }
 
-// Detach detaches a loop device.
-func (n *Node) Detach(ctx context.Context, dev string) error { return loop.Detach(ctx, dev) }
+// Detach detaches the loop device d as Observe saw it, only while the
+// same file backs it: freed meanwhile, it may back another's file.
+func (n *Node) Detach(ctx context.Context, d loop.Device) error { return loop.DetachBound(ctx, d) }
 
 // heldByDevice reports whether another block device (device-mapper, md)
 // holds dev, as sysfs's holders folder shows.

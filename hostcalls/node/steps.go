@@ -157,7 +157,9 @@ func (n *Node) ReleaseReadOnlyDevice(ctx context.Context, dev, recorded string) 
 	if err != nil || !ok {
 		return err
 	}
-	if err := loop.Detach(ctx, d.Path); err != nil {
+	// As found: between the search and the detach, another process may
+	// have detached it and bound the number to a file of its own.
+	if err := loop.DetachBound(ctx, d); err != nil {
 		return fmt.Errorf("release read-only device over %s: %w", dev, err)
 	}
 	return nil

@@ -483,7 +483,9 @@ func ReleaseUnder(t testing.TB, dir string) {
 		t.Errorf("cleanup: %v", err)
 	}
 	for _, dev := range devs {
-		if err := loop.Detach(context.Background(), dev.Path); err != nil {
+		// The device as listed: one freed meanwhile may back another
+		// process's file by now.
+		if err := loop.DetachBound(context.Background(), dev); err != nil {
 			t.Errorf("cleanup: detach %s (%s): %v", dev.Path, dev.BackingFile, err)
 		}
 	}

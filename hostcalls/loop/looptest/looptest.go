@@ -52,8 +52,10 @@ func Device(t testing.TB, size int64) (dev, file string) {
 	if err != nil {
 		t.Fatalf("attach %s: %v", file, err)
 	}
+	// The test may have detached it itself: then the number may back
+	// another process's file by now, which a detach by path would unbind.
 	t.Cleanup(func() {
-		if err := loop.Detach(context.Background(), d.Path); err != nil {
+		if err := loop.DetachBound(context.Background(), d); err != nil {
 			t.Errorf("detach %s: %v", d.Path, err)
 		}
 	})
