@@ -204,7 +204,7 @@ func floorStageCycle(img, target string, block bool) (err error) {
 
 // floorAttach binds img to a free loop device and returns the device and
 // its open descriptor. Another process may take the free device first
-// (EBUSY): then it asks again.
+// (EBUSY), or still be unbinding it (ENXIO on open): then it asks again.
 func floorAttach(img string) (string, int, error) {
 	ffd, err := unix.Open(img, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -223,6 +223,9 @@ func floorAttach(img string) (string, int, error) {
 		}
 		dev := fmt.Sprintf("/dev/loop%d", n)
 		fd, err := unix.Open(dev, unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if errors.Is(err, unix.ENXIO) && try < 100 {
+			continue // being unbound by another process: ask again
+		}
 		if err != nil {
 			return "", -1, fmt.Errorf("open %s: %w", dev, err)
 		}
