@@ -98,6 +98,21 @@ func (k markedKind[T]) markedIDs(t *testing.T, s *Store) []string {
 
 // indexed is what the file's index bucket holds, read from bbolt after a
 // checkpoint of every write.
+// check fails the test unless the marked records, and the index entries,
+// are want; when says at what point of the test.
+func (k markedKind[T]) check(t *testing.T, s *Store, when string, want ...string) {
+	t.Helper()
+	if when != "" {
+		when += ", "
+	}
+	if got := k.markedIDs(t, s); !slices.Equal(got, want) {
+		t.Errorf("%smarked: %v, want %v", when, got, want)
+	}
+	if got := k.indexed(t, s); !slices.Equal(got, want) {
+		t.Errorf("%s%s holds %v, want %v", when, k.index, got, want)
+	}
+}
+
 func (k markedKind[T]) indexed(t *testing.T, s *Store) []string {
 	t.Helper()
 	var ids []string
@@ -186,12 +201,7 @@ func testDeletingIndex[T any](t *testing.T, k markedKind[T]) {
 		t.Fatal(err)
 	}
 	want := []string{p + "3", p + "44", p + "45", p + "new"}
-	if got := k.markedIDs(t, s); !slices.Equal(got, want) {
-		t.Errorf("marked: %v, want %v", got, want)
-	}
-	if got := k.indexed(t, s); !slices.Equal(got, want) {
-		t.Errorf("%s holds %v, want %v", k.index, got, want)
-	}
+	k.check(t, s, "", want...)
 	checkDB(t, s)
 	s = reopen(t, s, nil)
 	if got := k.markedIDs(t, s); !slices.Equal(got, want) {
@@ -203,12 +213,7 @@ func testDeletingIndex[T any](t *testing.T, k markedKind[T]) {
 	}
 	unmark(p + "45")
 	want = []string{p + "3", p + "new"}
-	if got := k.markedIDs(t, s); !slices.Equal(got, want) {
-		t.Errorf("after reopening and changing, marked: %v, want %v", got, want)
-	}
-	if got := k.indexed(t, s); !slices.Equal(got, want) {
-		t.Errorf("after reopening and changing, %s holds %v, want %v", k.index, got, want)
-	}
+	k.check(t, s, "after reopening and changing", want...)
 }
 
 // A file without the index (written before it) gets it on Open, built
@@ -224,12 +229,7 @@ func testDeletingIndexBuiltOnOpen[T any](t *testing.T, k markedKind[T]) {
 	k.fill(t, s, 20, p+"2", p+"12")
 	s = reopen(t, s, func(tx *bolt.Tx) error { return tx.DeleteBucket(k.index) })
 	want := []string{p + "12", p + "2"}
-	if got := k.markedIDs(t, s); !slices.Equal(got, want) {
-		t.Errorf("marked: %v, want %v", got, want)
-	}
-	if got := k.indexed(t, s); !slices.Equal(got, want) {
-		t.Errorf("%s holds %v, want %v", k.index, got, want)
-	}
+	k.check(t, s, "", want...)
 }
 
 // Reading the marked records reads only them: an unmarked record that
@@ -407,12 +407,7 @@ func testDeletingIndexRebuiltOnUpgrade[T any](t *testing.T, k markedKind[T]) {
 		return tx.Bucket(bucketMeta).Put(keySchema, binary.AppendUvarint(nil, 2))
 	})
 	want := []string{p + "2"}
-	if got := k.markedIDs(t, s); !slices.Equal(got, want) {
-		t.Errorf("marked: %v, want %v", got, want)
-	}
-	if got := k.indexed(t, s); !slices.Equal(got, want) {
-		t.Errorf("%s holds %v, want %v", k.index, got, want)
-	}
+	k.check(t, s, "", want...)
 	// Upgraded once: a second Open keeps the index as it is.
 	s = reopen(t, s, func(tx *bolt.Tx) error {
 		if v, _ := binary.Uvarint(tx.Bucket(bucketMeta).Get(keySchema)); v != SchemaVersion {

@@ -15,6 +15,13 @@ import (
 // wrong family or an undecodable answer fails the test.
 func Call(t testing.TB, bindings []hostcalls.Func, family string, env *hostcalls.Env, name string, req, resp hostcalls.Message) error {
 	t.Helper()
+	return CallContext(t, context.Background(), bindings, family, env, name, req, resp)
+}
+
+// CallContext is Call under ctx, for bindings that read the operation's
+// context (its memo, its deadline).
+func CallContext(t testing.TB, ctx context.Context, bindings []hostcalls.Func, family string, env *hostcalls.Env, name string, req, resp hostcalls.Message) error {
+	t.Helper()
 	for _, f := range bindings {
 		if f.Name != name {
 			continue
@@ -22,7 +29,7 @@ func Call(t testing.TB, bindings []hostcalls.Func, family string, env *hostcalls
 		if f.Family != family {
 			t.Fatalf("%s has family %q, want %q", name, f.Family, family)
 		}
-		out, err := f.Call(context.Background(), env, req.AppendWire(nil))
+		out, err := f.Call(ctx, env, req.AppendWire(nil))
 		if err != nil {
 			return err
 		}

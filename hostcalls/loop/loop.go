@@ -337,10 +337,11 @@ func DetachBound(ctx context.Context, d Device) error {
 var errUnbound = errors.New("not bound")
 
 // detach is Detach that first asks grant (when not nil) about the bound
-// device, described through the same claimed descriptor that then unbinds
-// it: an error of grant refuses the detach, errUnbound ends it as done.
-// The answer for a device in use is grant's error when it has one, so that
-// a device the caller may not touch is refused as such, busy or not.
+// device, through a plain open, and confirms the binding grant saw through
+// the claimed descriptor that then unbinds it: an error of grant refuses
+// the detach, errUnbound ends it as done. Since grant is asked before the
+// device is claimed, a device the caller may not touch is refused as such,
+// busy or not.
 func detach(ctx context.Context, dev string, grant func(Device) error) error {
 	if err := checkDevicePath(dev); err != nil {
 		return fmt.Errorf("detach %s: %w", dev, err)
@@ -368,18 +369,7 @@ func detach(ctx context.Context, dev string, grant func(Device) error) error {
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENXIO):
 		return nil
 	case errors.Is(err, unix.EBUSY):
-		if grant != nil {
-			d, bound, err := status(ctx, dev, false)
-			if err == nil && bound {
-				err = grant(d)
-			}
-			switch {
-			case (err == nil && !bound) || errors.Is(err, errUnbound):
-				return nil
-			case err != nil:
-				return fmt.Errorf("detach %s: %w", dev, err)
-			}
-		}
+		// Granted above (a device held exclusively stays bound as it was).
 		return fmt.Errorf("detach %s: %w", dev, abi.Errorf(abi.FailedPrecondition, "device is in use (mounted or held)"))
 	case err != nil:
 		return fmt.Errorf("detach %s: %w", dev, codeErr(err, err.Error()))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/hostcalltest"
 )
 
 // requireLoop skips t unless this process can attach loop devices (the
@@ -85,20 +86,7 @@ func rebind(t *testing.T, dev, file string) {
 // call runs the binding name under ctx as a module would.
 func call(t *testing.T, ctx context.Context, env *hostcalls.Env, name string, req, resp hostcalls.Message) error {
 	t.Helper()
-	for _, f := range Bindings() {
-		if f.Name == name {
-			out, err := f.Call(ctx, env, req.AppendWire(nil))
-			if err != nil {
-				return err
-			}
-			if err := resp.UnmarshalWire(out); err != nil {
-				t.Fatalf("%s answered undecodable bytes: %v", name, err)
-			}
-			return nil
-		}
-	}
-	t.Fatalf("no binding %s", name)
-	return nil
+	return hostcalltest.CallContext(t, ctx, Bindings(), Family, env, name, req, resp)
 }
 
 // countSysfs counts the reads of sysfs backing_file until the test ends.
