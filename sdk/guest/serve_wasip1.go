@@ -24,6 +24,7 @@ func serve(op abi.Op) uint32 {
 		responseWrite(unsafe.Pointer(unsafe.StringData(msg)), uint32(len(msg)))
 		return uint32(abi.Internal)
 	}
+	growHeap()
 	n := requestRead(nil, 0)
 	if uint32(cap(reqBuf)) < n {
 		reqBuf = make([]byte, n)

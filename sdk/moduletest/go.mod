@@ -3,6 +3,7 @@ module github.com/wasmcsi/wasmcsi/sdk/moduletest
 go 1.26.0
 
 require (
+	github.com/prometheus/client_golang v1.25.0
 	github.com/wasmcsi/wasmcsi v0.0.0-00010101000000-000000000000
 	github.com/wasmcsi/wasmcsi/abi v0.0.0-00010101000000-000000000000
 	github.com/wasmcsi/wasmcsi/sdk v0.0.0-00010101000000-000000000000
@@ -13,7 +14,6 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/moby/sys/mountinfo v0.7.3 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
