@@ -49,7 +49,8 @@ type Pool struct {
 	rootProj uint32 // project ID of the root itself; never handed out
 
 	// ordered is set when the root's filesystem journals metadata and
-	// commits it in the order it was made (ext4, xfs): see Copy.
+	// commits it in the order it was made (xfs, ext4 with a journal:
+	// hostcalls.JournalsMetadata): see Copy.
 	ordered bool
 
 	mu sync.Mutex // serializes project ID allocation
@@ -87,10 +88,7 @@ func Open(root string) (*Pool, error) {
 		return nil, wrap("open pool", root, err)
 	}
 	p := &Pool{root: root, fd: fd}
-	var sfs unix.Statfs_t
-	if unix.Fstatfs(fd, &sfs) == nil {
-		p.ordered = sfs.Type == unix.EXT4_SUPER_MAGIC || sfs.Type == unix.XFS_SUPER_MAGIC
-	}
+	p.ordered = hostcalls.JournalsMetadata(fd)
 	p.probeQuota()
 	// Best effort: a temporary that cannot go now is tried again by the
 	// next Open or Copy, and takes nothing but space meanwhile.

@@ -23,9 +23,10 @@
 // in the pool's scratch folder (".wasmcsi-tmp", see
 // hostcalls/internal/scratch), locked while it is built, linked the same
 // way and then unlinked; Open removes those a dead process left. A file
-// Create only sized or allocated is not synced on its own on ext4 and xfs,
-// whose journal makes the size durable before the link that follows it, so
-// the root's fsync covers both. A caller that passes hostcalls.DirSyncs in
+// Create only sized or allocated is not synced on its own on xfs and on ext4
+// with a journal (not on ext2, or ext4 made without one), whose journal
+// makes the size durable before the link that follows it, so the root's
+// fsync covers both. A caller that passes hostcalls.DirSyncs in
 // the context makes that fsync of the root (and Remove's) itself, later,
 // in a batch.
 //

@@ -33,7 +33,8 @@ type Pool struct {
 	// noTmpfile is set once the root's filesystem refused O_TMPFILE.
 	noTmpfile atomic.Bool
 	// ordered is set when the root's filesystem makes metadata changes
-	// durable in the order they were made (ext4, xfs; see build).
+	// durable in the order they were made (xfs, ext4 with a journal:
+	// hostcalls.JournalsMetadata; see build).
 	ordered bool
 }
 
@@ -48,10 +49,7 @@ func Open(root string) (*Pool, error) {
 		return nil, fmt.Errorf("open pool %s: %w", root, codeErr(err, err.Error()))
 	}
 	p := &Pool{root: root, dir: dir}
-	var st unix.Statfs_t
-	if unix.Fstatfs(int(dir.Fd()), &st) == nil {
-		p.ordered = st.Type == unix.EXT4_SUPER_MAGIC || st.Type == unix.XFS_SUPER_MAGIC
-	}
+	p.ordered = hostcalls.JournalsMetadata(int(dir.Fd()))
 	// Best effort: a temporary that cannot go now is tried again by the
 	// next Open, and takes nothing but space meanwhile.
 	_, _ = p.Sweep(context.Background())
@@ -327,8 +325,8 @@ func (p *Pool) openBeneath(path string, flags int, mode uint32) (*os.File, error
 // durable by syncing the root.
 //
 // metadataOnly says fill wrote no data, only a size or an allocation
-// (ftruncate, fallocate). On ext4 and xfs the file's own sync is then left
-// out: their journal makes metadata changes durable in the order they were
+// (ftruncate, fallocate). On xfs and on ext4 with a journal the file's own
+// sync is then left out: their journal makes metadata changes durable in the order they were
 // made, so the root's sync after the link also makes the earlier size
 // change durable, and the name never reaches the disk without it. That
 // saves one journal commit per volume created. Files with data, and other

@@ -69,7 +69,8 @@ func tidy(root int) {
 // relative to the folder's descriptor dir and returns an open descriptor
 // of it. Create locks the entry; Temp.Close releases it.
 //
-// No sync is needed for the folder: on ext4 and xfs the journal orders its
+// No sync is needed for the folder: on xfs and on ext4 with a journal
+// (hostcalls.JournalsMetadata) the journal orders its
 // creation before whatever is renamed or linked out of it, and elsewhere
 // the builder syncs the filesystem or the file before it names anything.
 func Create(root int, mk func(dir int, name string) (int, error)) (*Temp, error) {
