@@ -14,7 +14,6 @@ import (
 // same magic number as a journaled ext4, and their metadata reaches the
 // disk in any order.
 func TestOrderedOnlyWithAJournal(t *testing.T) {
-	looptest.Require(t)
 	for _, tc := range []struct {
 		name, fstype string
 		mkfs         []string
@@ -25,19 +24,7 @@ func TestOrderedOnlyWithAJournal(t *testing.T) {
 		{"ext2", "ext2", []string{"mkfs.ext2", "-q", "-F"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dev, _ := looptest.Device(t, 64<<20)
-			if out, err := exec.Command(tc.mkfs[0], append(tc.mkfs[1:], dev)...).CombinedOutput(); err != nil {
-				t.Fatalf("%v: %v\n%s", tc.mkfs, err, out)
-			}
-			mnt := t.TempDir()
-			if err := unix.Mount(dev, mnt, tc.fstype, 0, ""); err != nil {
-				t.Skipf("cannot mount %s here: %v", tc.fstype, err)
-			}
-			t.Cleanup(func() {
-				if err := unix.Unmount(mnt, 0); err != nil {
-					t.Errorf("unmount: %v", err)
-				}
-			})
+			mnt := freshFS(t, 64<<20, tc.fstype, tc.mkfs...)
 			p, err := Open(mnt)
 			if err != nil {
 				t.Fatal(err)
@@ -48,4 +35,25 @@ func TestOrderedOnlyWithAJournal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// freshFS makes a filesystem of fstype with the command mkfs on a new loop
+// device of size bytes and mounts it until the test ends.
+func freshFS(t *testing.T, size int64, fstype string, mkfs ...string) string {
+	t.Helper()
+	looptest.Require(t)
+	dev, _ := looptest.Device(t, size)
+	if out, err := exec.Command(mkfs[0], append(mkfs[1:], dev)...).CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v\n%s", mkfs, err, out)
+	}
+	mnt := t.TempDir()
+	if err := unix.Mount(dev, mnt, fstype, 0, ""); err != nil {
+		t.Skipf("cannot mount %s here: %v", fstype, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(mnt, 0); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	return mnt
 }
