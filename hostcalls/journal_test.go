@@ -22,9 +22,9 @@ func TestJournalsMetadata(t *testing.T) {
 		mkfs         []string
 		want         bool
 	}{
-		{"ext4", "ext4", []string{"mkfs.ext4", "-q", "-F"}, true},
-		{"ext4 without a journal", "ext4", []string{"mkfs.ext4", "-q", "-F", "-O", "^has_journal"}, false},
-		{"ext2", "ext2", []string{"mkfs.ext2", "-q", "-F"}, false},
+		{"ext4", "ext4", []string{"mke2fs", "-t", "ext4", "-q", "-F"}, true},
+		{"ext4 without a journal", "ext4", []string{"mke2fs", "-t", "ext4", "-q", "-F", "-O", "^has_journal"}, false},
+		{"ext2", "ext2", []string{"mke2fs", "-t", "ext2", "-q", "-F"}, false},
 		{"xfs", "xfs", []string{"mkfs.xfs", "-q", "-f"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -121,7 +121,7 @@ GUEST_MODULES="virtio_pci virtio_blk virtio_rng 9p 9pnet_virtio loop dm_mod dm_t
 # Programs in the guest, copied with their shared libraries; busybox fills the rest.
 GUEST_PROGRAMS="dmsetup pdata_tools thin_check thin_dump thin_restore thin_repair thin_ls
   thin_delta thin_trim thin_metadata_size iscsiadm iscsid iscsi-iname iscsistart tgtd tgtadm
-  mke2fs mkfs.ext4 mkfs.ext3 e2fsck fsck.ext4 resize2fs tune2fs dumpe2fs debugfs e2label
+  mke2fs mkfs.ext4 mkfs.ext3 mkfs.ext2 e2fsck fsck.ext4 resize2fs tune2fs dumpe2fs debugfs e2label
   mkfs.xfs xfs_repair xfs_growfs xfs_admin xfs_info xfs_db xfs_io mkfs.btrfs btrfs btrfstune
   fsck.btrfs losetup blkid blockdev lsblk findmnt mountpoint mount umount wipefs fallocate
   nsenter unshare kmod modprobe insmod rmmod lsmod depmod modinfo udevadm bash truncate sync

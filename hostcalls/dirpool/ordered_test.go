@@ -19,9 +19,9 @@ func TestOrderedOnlyWithAJournal(t *testing.T) {
 		mkfs         []string
 		want         bool
 	}{
-		{"ext4", "ext4", []string{"mkfs.ext4", "-q", "-F"}, true},
-		{"ext4 without a journal", "ext4", []string{"mkfs.ext4", "-q", "-F", "-O", "^has_journal"}, false},
-		{"ext2", "ext2", []string{"mkfs.ext2", "-q", "-F"}, false},
+		{"ext4", "ext4", []string{"mke2fs", "-t", "ext4", "-q", "-F"}, true},
+		{"ext4 without a journal", "ext4", []string{"mke2fs", "-t", "ext4", "-q", "-F", "-O", "^has_journal"}, false},
+		{"ext2", "ext2", []string{"mke2fs", "-t", "ext2", "-q", "-F"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mnt := freshFS(t, 64<<20, tc.fstype, tc.mkfs...)
