@@ -13,8 +13,9 @@ import (
 // Its Done channel closes when the guest has run for its budget (the call
 // timeout) or when the caller's context is done, whichever comes first. The
 // clock pauses while a host call runs (see RATIONALE.md, "The call timeout
-// counts guest time"). wazero's close-on-context-done selects on Done once
-// per call and then reads Err, so a closed Done with a DeadlineExceeded Err
+// counts guest time"). A metered guest's refuel asks check; for a module
+// compiled with wazero's own checks, its watcher selects on Done once per
+// call and then reads Err, so a closed Done with a DeadlineExceeded Err
 // stops the guest however often the timer was re-armed.
 //
 // Each instance owns one clock and reuses it call after call: the hot path
@@ -102,6 +103,19 @@ func (c *guestClock) pause() error {
 		if c.left <= 0 && c.err == nil {
 			c.close(errGuestTime)
 		}
+	}
+	return c.exit()
+}
+
+// check answers the exit error that stops the guest when its budget is
+// spent or the caller's context has ended, whether or not the timer has
+// fired yet; a metered guest's refuel asks it every few thousand loop
+// iterations (there is no watcher to read Done).
+func (c *guestClock) check() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running && c.err == nil && !time.Now().Before(c.deadline) {
+		c.close(errGuestTime)
 	}
 	return c.exit()
 }

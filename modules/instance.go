@@ -274,6 +274,23 @@ func hostCall(f hostcalls.Func) api.GoModuleFunc {
 	}
 }
 
+// fuelPerRefuel is how many loop iterations a metered guest runs between
+// two refuel calls: often enough that a deadline is seen, and the Go
+// scheduler can stop the goroutine, within microseconds of guest time;
+// rarely enough that the exit to Go costs nothing measurable.
+const fuelPerRefuel = 1 << 14
+
+// refuel is the import meter.Instrument adds to a module: a metered guest
+// calls it when its loop counter runs out. It stops the guest when the
+// call's guest time is spent or its caller's context has ended, and
+// otherwise answers the next count.
+func refuel(ctx context.Context, _ api.Module, stack []uint64) {
+	if exit := current(ctx).clock.check(); exit != nil {
+		panic(exit)
+	}
+	stack[0] = fuelPerRefuel
+}
+
 // runHostCall runs f and turns a panic into a failure of the whole call: the
 // guest is stopped and its instance discarded, the daemon lives on.
 func (inst *instance) runHostCall(ctx context.Context, f hostcalls.Func, req []byte) (res []byte, err error) {

@@ -68,6 +68,7 @@ func TestLoadRefusesBadModules(t *testing.T) {
 		{"unknownimport", []string{
 			`import env.abort: unknown import module "env"`,
 			`import wasmcsi.frobnicate is not a host call this daemon offers`,
+			`import wasmcsi_meter.refuel: unknown import module "wasmcsi_meter"`,
 		}},
 		{"badsig", []string{`module "badsig": export create_volume has signature (i32) -> i32, needs () -> i32`}},
 		{"badcore", []string{`module "badcore": import wasmcsi.request_read has signature (i32) -> i32, needs (i32 i32) -> i32`}},

@@ -19,6 +19,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/modules/internal/meter"
 )
 
 // Module is one loaded version (one digest) of a backend module. It is safe
@@ -40,6 +41,7 @@ type Module struct {
 
 	wrt       wazero.Runtime
 	compiled  wazero.CompiledModule
+	metered   bool // compiled with meter's loop counter, not wazero's exit checks
 	pool      *pool
 	logs      logBucket    // rate of guest output lines, over all instances
 	minPages  uint32       // the memory's declared minimum
@@ -173,25 +175,39 @@ func ctxError(module, what string, err error) error {
 	return abi.Errorf(abi.Canceled, "module %q: %s: canceled", module, what)
 }
 
+// instrument is meter.Instrument; tests replace it to load modules the way
+// one the meter cannot read is loaded.
+var instrument = meter.Instrument
+
 // load compiles, checks and warms one module version. It does not publish it.
 func (r *Runtime) load(ctx context.Context, name string, data []byte, digest string) (*Module, error) {
 	start := time.Now()
 	lim := r.limitsFor(name)
 	grant := r.cfg.Grants[name]
 	log := r.log.With("module", name)
+	// A module the meter can read is compiled with its loop counter and
+	// stopped by refuel; any other keeps wazero's check at every loop
+	// header (RATIONALE.md, "Deadlines always on").
+	metered, merr := instrument(data)
+	if merr != nil {
+		log.Warn("module not metered: its loops pay wazero's exit check on every iteration", "err", merr)
+	} else {
+		data = metered
+	}
 	rc := wazero.NewRuntimeConfig().
-		WithCloseOnContextDone(true).
+		WithCloseOnContextDone(metered == nil).
 		WithMemoryLimitPages(lim.MemoryPages).
 		WithCompilationCache(r.cache)
 	m := &Module{
-		name:   name,
-		digest: digest,
-		grant:  grant,
-		limits: lim,
-		rt:     r,
-		log:    log,
-		env:    &hostcalls.Env{Module: name, Roots: slices.Clone(grant.Roots), Log: log},
-		wrt:    wazero.NewRuntimeWithConfig(ctx, rc),
+		name:    name,
+		digest:  digest,
+		grant:   grant,
+		limits:  lim,
+		rt:      r,
+		log:     log,
+		env:     &hostcalls.Env{Module: name, Roots: slices.Clone(grant.Roots), Log: log},
+		wrt:     wazero.NewRuntimeWithConfig(ctx, rc),
+		metered: metered != nil,
 	}
 	fail := func(err error) (*Module, error) {
 		m.closeRuntime()
@@ -207,7 +223,7 @@ func (r *Runtime) load(ctx context.Context, name string, data []byte, digest str
 	}
 	m.compiled = cm
 	compiled := time.Since(start)
-	c := validate(cm, grant, r.cfg.HostCalls, wasi)
+	c := validate(cm, grant, r.cfg.HostCalls, wasi, m.metered)
 	if len(c.problems) > 0 {
 		return fail(errors.New(strings.Join(c.problems, "; ")))
 	}
@@ -251,7 +267,7 @@ func (r *Runtime) load(ctx context.Context, name string, data []byte, digest str
 			ops = append(ops, string(op))
 		}
 	}
-	log.Info("module loaded", "digest", digest, "compile", compiled, "ready", time.Since(start),
+	log.Info("module loaded", "digest", digest, "compile", compiled, "ready", time.Since(start), "metered", m.metered,
 		"ops", ops, "pool", lim.PoolSize, "memory_pages", lim.MemoryPages, "call_timeout", lim.CallTimeout)
 	return m, nil
 }
@@ -291,7 +307,15 @@ func (m *Module) instantiateHost(ctx context.Context, calls []hostcalls.Func) er
 		b.NewFunctionBuilder().WithGoModuleFunction(hostCall(f), []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i64}).
 			WithParameterNames("req", "req_len", "out", "out_limit").Export(f.Name)
 	}
-	_, err := b.Instantiate(ctx)
+	if _, err := b.Instantiate(ctx); err != nil {
+		return err
+	}
+	if !m.metered {
+		return nil
+	}
+	_, err := m.wrt.NewHostModuleBuilder(meter.Module).
+		NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(refuel), nil, []api.ValueType{i32}).Export(meter.Func).
+		Instantiate(ctx)
 	return err
 }
 

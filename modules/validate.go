@@ -10,6 +10,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/modules/internal/meter"
 )
 
 // wasiModule is the WASI import module name; wazero's implementation serves it.
@@ -23,6 +24,7 @@ const (
 	sigWriteBuf = "(i32 i32) -> ()"
 	sigLog      = "(i32 i32 i32) -> ()"
 	sigVersion  = sigOp
+	sigRefuel   = sigOp
 	sigHostCall = abi.HostCallSignature
 )
 
@@ -80,7 +82,7 @@ type checked struct {
 // validate checks a compiled module's exports and imports against the ABI,
 // the host-call registry and the module's grant. wasi lists the functions of
 // the WASI host module by name.
-func validate(cm wazero.CompiledModule, grant Grant, registry map[string]hostcalls.Func, wasi map[string]api.FunctionDefinition) checked {
+func validate(cm wazero.CompiledModule, grant Grant, registry map[string]hostcalls.Func, wasi map[string]api.FunctionDefinition, metered bool) checked {
 	c := checked{ops: map[abi.Op]bool{}}
 	exports := cm.ExportedFunctions()
 
@@ -150,6 +152,12 @@ func validate(cm wazero.CompiledModule, grant Grant, registry map[string]hostcal
 				c.problems = append(c.problems, fmt.Sprintf("import %s.%s is not a WASI preview 1 function", mod, name))
 			case s != defSignature(w):
 				c.problems = append(c.problems, fmt.Sprintf("import %s.%s has signature %s, needs %s", mod, name, s, defSignature(w)))
+			}
+		case meter.Module:
+			// meter.Instrument added it, and refuses a module that
+			// imports from meter.Module itself.
+			if !metered || name != meter.Func || s != sigRefuel {
+				c.problems = append(c.problems, fmt.Sprintf("import %s.%s: unknown import module %q (only %s and %s)", mod, name, mod, abi.HostModule, wasiModule))
 			}
 		default:
 			c.problems = append(c.problems, fmt.Sprintf("import %s.%s: unknown import module %q (only %s and %s)", mod, name, mod, abi.HostModule, wasiModule))

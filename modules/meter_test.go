@@ -1,0 +1,87 @@
+package modules
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/modules/internal/meter"
+)
+
+// The fixtures load metered: their loops count down to refuel instead of
+// leaving the guest on every iteration. (TestBadCalls and
+// TestCallerContextStopsGuest stop the metered loop module.)
+func TestFixturesLoadMetered(t *testing.T) {
+	r, errs := startRuntime(t, map[string]string{"good": "good", "loop": "loop"}, nil, nil)
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	for _, name := range []string{"good", "loop"} {
+		if !mustModule(t, r, name).metered {
+			t.Errorf("module %s loaded without the meter", name)
+		}
+	}
+}
+
+// A module the meter cannot read loads as before, compiled with wazero's
+// own checks, which stop its loops at the same deadline and with the same
+// error as refuel does.
+func TestUnmeteredModuleStopped(t *testing.T) {
+	instrument = func([]byte) ([]byte, error) { return nil, meter.ErrUnsupported }
+	t.Cleanup(func() { instrument = meter.Instrument })
+	const timeout = 100 * time.Millisecond
+	r, errs := startRuntime(t, map[string]string{"good": "good", "loop": "loop"}, nil, func(c *Config) {
+		c.Overrides = map[string]Limits{"loop": {CallTimeout: timeout}}
+	})
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	m := mustModule(t, r, "loop")
+	if m.metered {
+		t.Fatal("module loaded metered although the meter refused it")
+	}
+	start := time.Now()
+	_, err := m.Call(context.Background(), abi.OpCreateVolume, nil)
+	wantCode(t, err, abi.DeadlineExceeded, `module "loop": create_volume: deadline exceeded (guest time over the call timeout 100ms`)
+	if d := time.Since(start); d > timeout+2*time.Second {
+		t.Fatalf("call took %s", d)
+	}
+	if _, err := mustModule(t, r, "good").Call(context.Background(), abi.OpInfo, nil); err != nil {
+		t.Fatalf("good module: %v", err)
+	}
+}
+
+// A guest looping in its own code does not hold up the rest of the
+// daemon: the goroutine running it leaves the guest's code at every
+// refuel, where the Go runtime can stop it, so a stop-the-world (here a
+// collection) waits microseconds, not until the call's deadline.
+func TestLoopingGuestLetsTheWorldStop(t *testing.T) {
+	const timeout = 3 * time.Second
+	r, errs := startRuntime(t, map[string]string{"loop": "loop"}, nil, func(c *Config) {
+		c.Overrides = map[string]Limits{"loop": {CallTimeout: timeout}}
+	})
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	m := mustModule(t, r, "loop")
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Call(context.Background(), abi.OpCreateVolume, nil)
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the guest is looping by now
+	start := time.Now()
+	runtime.GC()
+	took := time.Since(start)
+	select {
+	case err := <-done:
+		t.Fatalf("the looping call ended before the collection was timed: %v", err)
+	default:
+	}
+	if took > timeout/3 {
+		t.Errorf("a collection took %s while a guest looped (its call timeout %s)", took, timeout)
+	}
+	wantCode(t, <-done, abi.DeadlineExceeded)
+}
