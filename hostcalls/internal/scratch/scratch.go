@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -58,10 +59,22 @@ func (t *Temp) Close() {
 	tidy(t.root)
 }
 
+// folderInUse keeps this process's tidies from removing a scratch folder
+// between a Create's open of it and the creation of its entry: Create holds
+// it shared for those two system calls, tidy exclusively for its one. (A
+// folder removed there, empty for an instant, made the entry's creation
+// fail with ENOENT; with four builders and two sweepers at work, eight
+// retries in a row could fail.) Builds run in parallel; a tidy, one
+// unlinkat at the end of a build, waits for creations in flight. Another
+// process's tidy can still race a Create; Create's retries cover that.
+var folderInUse sync.RWMutex
+
 // tidy removes the scratch folder of root if it is empty. The removal
 // needs no sync: an empty folder that comes back after a crash is swept.
 func tidy(root int) {
+	folderInUse.Lock()
 	_ = unix.Unlinkat(root, Dir, unix.AT_REMOVEDIR) // ENOTEMPTY: in use
+	folderInUse.Unlock()
 }
 
 // Create makes a new temporary in the scratch folder of the pool root open
@@ -74,6 +87,8 @@ func tidy(root int) {
 // creation before whatever is renamed or linked out of it, and elsewhere
 // the builder syncs the filesystem or the file before it names anything.
 func Create(root int, mk func(dir int, name string) (int, error)) (*Temp, error) {
+	folderInUse.RLock()
+	defer folderInUse.RUnlock()
 	for range 8 {
 		dir, err := openBeneath(root, Dir, unix.O_RDONLY|unix.O_DIRECTORY)
 		if errors.Is(err, unix.ENOENT) {
