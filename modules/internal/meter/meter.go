@@ -47,11 +47,14 @@ const (
 // ErrUnsupported is wrapped by every error of Instrument.
 var ErrUnsupported = errors.New("meter: module not instrumented")
 
+var errTooLarge = unsupported("a section would grow past 4 GiB")
+
 // Section ids.
 const (
 	secCustom  = 0
 	secType    = 1
 	secImport  = 2
+	secTable   = 4
 	secGlobal  = 6
 	secExport  = 7
 	secStart   = 8
@@ -153,10 +156,14 @@ func Instrument(wasm []byte) ([]byte, error) {
 			pending = append(pending, id)
 		}
 	}
-	emit := func(id byte, body []byte) {
+	emit := func(id byte, body []byte) error {
+		if uint64(len(body)) > math.MaxUint32 {
+			return errTooLarge
+		}
 		out = append(out, id)
 		out = appendU32(out, uint32(len(body)))
 		out = append(out, body...)
+		return nil
 	}
 	flush := func(beforeRank int) error {
 		for len(pending) > 0 && order[pending[0]] < beforeRank {
@@ -164,7 +171,9 @@ func Instrument(wasm []byte) ([]byte, error) {
 			if err != nil {
 				return err
 			}
-			emit(pending[0], body)
+			if err := emit(pending[0], body); err != nil {
+				return err
+			}
 			pending = pending[1:]
 		}
 		return nil
@@ -180,7 +189,9 @@ func Instrument(wasm []byte) ([]byte, error) {
 			return nil, err
 		}
 		if body != nil {
-			emit(s.id, body)
+			if err := emit(s.id, body); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := flush(math.MaxInt); err != nil {
@@ -229,7 +240,13 @@ func (w *rewriter) section(id byte, body []byte, refuelType uint32) ([]byte, err
 	case secCode:
 		b, err := w.code(body)
 		return wrap("code", b, err)
+	case secTable:
+		b, err := w.tables(body)
+		return wrap("table", b, err)
 	case secCustom:
+		// Only the name section is kept, renumbered. Others may hold
+		// function indices or code offsets the rewrite moved (DWARF,
+		// source maps, branch hints), and none changes what the code does.
 		r := &reader{b: body}
 		name := r.name()
 		if r.err == nil && name == "name" {
@@ -239,9 +256,40 @@ func (w *rewriter) section(id byte, body []byte, refuelType uint32) ([]byte, err
 			}
 			return b, nil
 		}
-		return body, nil
+		return nil, nil
 	}
 	return body, nil
+}
+
+// tables renumbers ref.func in the initializers of tables that have one
+// (0x40 0x00 reftype limits expr).
+func (w *rewriter) tables(body []byte) ([]byte, error) {
+	r := &reader{b: body}
+	n := r.u32()
+	out := appendU32(make([]byte, 0, len(body)), n)
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		start := r.off
+		init := r.off < len(r.b) && r.b[r.off] == 0x40
+		if init {
+			r.byte()
+			if r.byte() != 0x00 {
+				return nil, errors.New("table with an initializer: reserved byte not 0")
+			}
+		}
+		r.refType()
+		r.limits()
+		out = append(out, r.b[start:r.off]...)
+		if init {
+			var err error
+			if out, err = w.expr(r, out); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if r.err == nil && r.off != len(r.b) {
+		r.err = errors.New("trailing bytes")
+	}
+	return out, r.err
 }
 
 // fn is the new index of function idx.
@@ -267,13 +315,13 @@ func countImports(body []byte) (fns, globals uint32, err error) {
 			r.u32()
 			fns++
 		case 0x01: // table
-			r.byte()
+			r.refType()
 			r.limits()
 		case 0x02: // memory
 			r.limits()
 		case 0x03: // global
-			r.byte()
-			r.byte()
+			r.valType()
+			r.byte() // mutability
 			globals++
 		default:
 			return 0, 0, unsupported("import of kind %#x", kind)
@@ -299,7 +347,7 @@ func (w *rewriter) globals(body []byte) ([]byte, error) {
 	out := appendU32(make([]byte, 0, len(body)+10), n+1)
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		start := r.off
-		r.byte() // value type
+		r.valType()
 		r.byte() // mutability
 		out = append(out, r.b[start:r.off]...)
 		var err error
@@ -356,8 +404,16 @@ func (w *rewriter) elements(body []byte) ([]byte, error) {
 				return nil, err
 			}
 		}
-		if flags&3 != 0 { // element kind or reference type
-			out = append(out, r.byte())
+		switch {
+		case flags&3 != 0 && flags&4 == 0: // element kind: funcref
+			if r.byte() != 0x00 {
+				return nil, errors.New("element kind not 0")
+			}
+			out = append(out, 0x00)
+		case flags&3 != 0: // reference type
+			start := r.off
+			r.refType()
+			out = append(out, r.b[start:r.off]...)
 		}
 		count := r.u32()
 		out = appendU32(out, count)
@@ -394,7 +450,7 @@ func (w *rewriter) code(body []byte) ([]byte, error) {
 		locals := fr.u32()
 		for j := uint32(0); j < locals && fr.err == nil; j++ {
 			fr.u32()
-			fr.byte()
+			fr.valType()
 		}
 		if fr.err != nil {
 			return nil, fmt.Errorf("function %d: locals: %v", i, fr.err)
@@ -408,6 +464,9 @@ func (w *rewriter) code(body []byte) ([]byte, error) {
 		}
 		if fr.off != len(fr.b) {
 			return nil, fmt.Errorf("function %d: bytes after its end", i)
+		}
+		if uint64(len(fn)) > math.MaxUint32 {
+			return nil, errTooLarge
 		}
 		out = appendU32(out, uint32(len(fn)))
 		out = append(out, fn...)
@@ -437,7 +496,10 @@ func (w *rewriter) names(head []byte, r *reader) ([]byte, error) {
 				nb = appendU32(nb, w.fn(sub.u32()))
 				nb = appendName(nb, sub.name())
 			}
-		case 2, 3: // local and label names: idx (idx name)*
+		case 3: // label names: the countdowns' blocks shift their indices
+			sub.off = len(sub.b)
+			continue
+		case 2: // local names: idx (idx name)*
 			n := sub.u32()
 			nb = appendU32(nb, n)
 			for i := uint32(0); i < n && sub.err == nil; i++ {
@@ -515,9 +577,11 @@ func (w *rewriter) instructions(r *reader, out []byte, cost uint32) ([]byte, err
 		case op == 0x11 || op == 0x13: // call_indirect, return_call_indirect
 			r.u32()
 			r.u32()
-		case op == 0x1c: // select t*
-			n := r.u32()
-			r.take(int(n))
+		case op == 0x1c: // select t
+			if r.u32() != 1 {
+				r.fail("select with other than one type")
+			}
+			r.valType()
 		case op >= 0x28 && op <= 0x3e: // loads and stores
 			r.memarg()
 		case op == 0x41:
@@ -529,7 +593,7 @@ func (w *rewriter) instructions(r *reader, out []byte, cost uint32) ([]byte, err
 		case op == 0x44:
 			r.take(8)
 		case op == 0xd0: // ref.null t
-			r.byte()
+			r.refType()
 		case op == 0xfc:
 			r.prefixFC()
 		case op == 0xfd:
@@ -702,16 +766,59 @@ func (r *reader) limits() {
 	}
 }
 
-// blockType skips a block type: empty, a value type, or a type index (s33).
+// blockType skips a block type: empty, a value type, or a type index (a
+// non-negative s33). The one-byte negative values are the other value
+// types, among them 0x63 and 0x64, the prefixes of (ref null ht) and
+// (ref ht), which wazero reads and this reader refuses.
 func (r *reader) blockType() {
-	if r.off < len(r.b) {
-		switch r.b[r.off] {
-		case 0x40, 0x7f, 0x7e, 0x7d, 0x7c, 0x7b, 0x70, 0x6f:
-			r.off++
-			return
+	if r.off < len(r.b) && r.b[r.off] == 0x40 {
+		r.off++
+		return
+	}
+	if r.off < len(r.b) && r.b[r.off]&0xc0 == 0x40 { // one byte, negative
+		r.valType()
+		return
+	}
+	for i := 0; i < 5; i++ {
+		if r.byte()&0x80 == 0 {
+			return // the last byte of a multi-byte s33, or a one-byte positive one
 		}
 	}
-	r.signed(5)
+	r.fail("block type longer than 5 bytes")
+}
+
+// valType skips a value type: a number, vector or reference type in its
+// one-byte form. Typed references (0x63, 0x64 and a heap type) are refused.
+func (r *reader) valType() {
+	switch c := r.byte(); c {
+	case 0x7f, 0x7e, 0x7d, 0x7c, 0x7b, 0x70, 0x6f:
+	default:
+		r.fail("value type %#x", c)
+	}
+}
+
+// refType skips funcref or externref.
+func (r *reader) refType() {
+	switch c := r.byte(); c {
+	case 0x70, 0x6f:
+	default:
+		r.fail("reference type %#x", c)
+	}
+}
+
+// subOpcode reads the opcode after a 0xfc, 0xfd or 0xfe prefix the way
+// wazero does: one byte, where the binary format has a LEB128. The two
+// agree for values below 0x80; for a larger one the LEB128's second byte
+// must be 0x01, which wazero reads as a nop after the one byte.
+func (r *reader) subOpcode() uint32 {
+	b := r.byte()
+	if b < 0x80 {
+		return uint32(b)
+	}
+	if r.byte() != 0x01 {
+		r.fail("prefixed opcode not encoded as wazero reads it")
+	}
+	return uint32(b)
 }
 
 // memarg skips alignment (with the multi-memory index flag) and offset.
@@ -724,7 +831,7 @@ func (r *reader) memarg() {
 }
 
 func (r *reader) prefixFC() {
-	switch sub := r.u32(); {
+	switch sub := r.subOpcode(); {
 	case sub <= 7: // saturating truncations
 	case sub == 8: // memory.init data mem
 		r.u32()
@@ -740,7 +847,7 @@ func (r *reader) prefixFC() {
 }
 
 func (r *reader) prefixFD() {
-	switch sub := r.u32(); {
+	switch sub := r.subOpcode(); {
 	case sub <= 11, sub == 92, sub == 93: // loads, splat loads, store, load_zero
 		r.memarg()
 	case sub == 12, sub == 13: // v128.const, i8x16.shuffle
@@ -757,7 +864,7 @@ func (r *reader) prefixFD() {
 }
 
 func (r *reader) prefixFE() {
-	switch sub := r.u32(); {
+	switch sub := r.subOpcode(); {
 	case sub == 0x03: // atomic.fence
 		r.byte()
 	case sub <= 0x02, sub >= 0x10 && sub <= 0x4e: // notify, waits, atomic loads, stores, rmw

@@ -325,3 +325,151 @@ func BenchmarkInstrument(b *testing.B) {
 		}
 	}
 }
+
+// module builds a module of ntypes types [] -> [] and one function of type
+// 0 with the given code (locals and body), exported as "f".
+func module(ntypes int, fn []byte) []byte {
+	typ := appendU32(nil, uint32(ntypes))
+	for range ntypes {
+		typ = append(typ, 0x60, 0, 0)
+	}
+	exp := appendU32(nil, 1)
+	exp = appendName(exp, "f")
+	exp = append(exp, 0, 0)
+	code := appendU32(nil, 1)
+	code = appendU32(code, uint32(len(fn)))
+	code = append(code, fn...)
+	return concat(hdr, sec(1, typ), sec(3, []byte{1, 0}), sec(7, exp), sec(10, code))
+}
+
+func nops(n int) []byte { return bytes.Repeat([]byte{0x01}, n) }
+
+// Forms wazero reads that the meter does not: each hides a loop from a
+// reader that takes one byte too few or too many, so each must be refused
+// (and the module then compiled with wazero's own checks), never rewritten.
+// Each original compiles in wazero.
+func TestWazeroFormsRefused(t *testing.T) {
+	simd := append([]byte{0, 0x02, 0x40, 0x0c, 0x00, 0xfd, 0x0c}, make([]byte, 16)...)
+	simd = append(simd, 0x41, 0x00, 0xfd, 0x8c, 0x00) // 0x8c as one byte, then unreachable
+	simd = append(simd, nops(8)...)
+	simd = append(simd, 0x0b, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x02, 0x40, 0x0b, 0x0b)
+	hidden := []byte{0x00, 0x1a, 0x1a, 0x0b, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x02, 0x40}
+	sel := append([]byte{1, 1, 0x7f, 0x02, 0x40, 0x0c, 0x00, 0x1c, 0x01, 0x63, 0x1c, 0x20}, hidden...)
+	sel = append(sel, nops(32-len(hidden))...)
+	sel = append(sel, 0x0b, 0x0b)
+	block := append([]byte{1, 1, 0x7f, 0x02, 0x63, 0x1c, 0x20, 0x00, 0x1a}, nops(24)...)
+	block = append(block, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x00, 0x0b, 0x1a, 0x0b)
+	for _, tc := range []struct {
+		name string
+		wasm []byte
+	}{
+		{"block type (ref null 28)", module(29, block)},
+		{"select (ref null 28)", module(29, sel)},
+		{"local (ref null func)", module(1, []byte{1, 1, 0x63, 0x70, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b})},
+		{"SIMD opcode 0x8c not followed by 0x01", module(1, simd)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			rt := wazero.NewRuntime(ctx)
+			defer rt.Close(ctx)
+			if _, err := rt.CompileModule(ctx, tc.wasm); err != nil {
+				t.Fatalf("the original does not compile in wazero: %v", err)
+			}
+			if out, err := Instrument(tc.wasm); !errors.Is(err, ErrUnsupported) || out != nil {
+				t.Fatalf("Instrument = %d bytes, %v; want it refused", len(out), err)
+			}
+		})
+	}
+}
+
+// A table's initializer expression (0x40 0x00 reftype limits expr) names
+// a function too: call_indirect through it reaches the same function.
+func TestTableInitializerRenumbered(t *testing.T) {
+	tab := []byte{1, 0x40, 0x00, 0x70, 0x00, 0x01, 0xd2, 0x00, 0x0b} // 1 funcref, all (ref.func 0)
+	exp := appendName([]byte{1}, "call")
+	exp = append(exp, 0, 1)
+	f0 := []byte{0, 0x41, 42, 0x0b}            // () -> 42
+	f1 := []byte{0, 0x41, 0, 0x11, 0, 0, 0x0b} // call_indirect table[0]
+	code := append([]byte{2, byte(len(f0))}, f0...)
+	code = append(append(code, byte(len(f1))), f1...)
+	wasm := concat(hdr, sec(1, []byte{1, 0x60, 0, 1, 0x7f}), sec(3, []byte{2, 0, 0}), sec(4, tab),
+		sec(7, exp), sec(9, []byte{1, 3, 0x00, 1, 0x00}), sec(10, code))
+	metered, err := Instrument(wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range [][]byte{wasm, metered} {
+		if got := call(t, instantiate(t, b, &refueler{fuel: 1000}), "call"); got != 42 {
+			t.Fatalf("call() = %d, want 42", got)
+		}
+	}
+}
+
+// Custom sections other than the name section are left out (they may name
+// code offsets the rewrite moved); label names, whose indices the
+// countdowns' blocks shift, too.
+func TestCustomSectionsLeftOut(t *testing.T) {
+	bare := readFixture(t, "bare")
+	labels := appendU32(nil, 1) // function 0: label 0 "l"
+	labels = appendU32(labels, 0)
+	labels = appendU32(labels, 1)
+	labels = appendU32(labels, 0)
+	labels = appendName(labels, "l")
+	fnames := appendU32(nil, 1)
+	fnames = appendU32(fnames, 0)
+	fnames = appendName(fnames, "count")
+	names := appendName(nil, "name")
+	names = append(append(names, 1), appendU32(nil, uint32(len(fnames)))...)
+	names = append(names, fnames...)
+	names = append(append(names, 3), appendU32(nil, uint32(len(labels)))...)
+	names = append(names, labels...)
+	wasm := concat(bare, sec(0, appendName(nil, ".debug_line")), sec(0, names))
+	metered, err := Instrument(wasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(metered, []byte(".debug_line")) {
+		t.Error("the DWARF section was kept")
+	}
+	renamed := appendU32(nil, 1)
+	renamed = appendU32(renamed, 1) // after the refuel import
+	renamed = appendName(renamed, "count")
+	want := appendName(nil, "name")
+	want = append(append(want, 1), appendU32(nil, uint32(len(renamed)))...)
+	want = append(want, renamed...)
+	if !bytes.HasSuffix(metered, concat(sec(0, want))) {
+		t.Error("the name section should end the module with its function names only")
+	}
+}
+
+// FuzzInstrument: no input makes Instrument panic, and a module wazero
+// compiles is either refused or rewritten into one it compiles too.
+// (go test runs the seeds; go test -fuzz FuzzInstrument searches.)
+func FuzzInstrument(f *testing.F) {
+	for _, n := range []string{"shapes", "bare", "heavy"} {
+		b, err := os.ReadFile("testdata/" + n + ".wasm")
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	f.Cleanup(func() { _ = rt.Close(ctx) })
+	f.Fuzz(func(t *testing.T, b []byte) {
+		out, err := Instrument(b)
+		if err != nil {
+			return
+		}
+		orig, err := rt.CompileModule(ctx, b)
+		if err != nil {
+			return
+		}
+		_ = orig.Close(ctx)
+		m, err := rt.CompileModule(ctx, out)
+		if err != nil {
+			t.Fatalf("the original compiles, the rewrite does not: %v", err)
+		}
+		_ = m.Close(ctx)
+	})
+}
