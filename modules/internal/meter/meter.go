@@ -116,10 +116,9 @@ func Instrument(wasm []byte) ([]byte, error) {
 	for _, s := range secs {
 		switch s.id {
 		case secType:
-			sr := &reader{b: s.body}
-			types = sr.u32()
-			if sr.err != nil {
-				return nil, unsupported("type section: %v", sr.err)
+			var err error
+			if types, err = countTypes(s.body); err != nil {
+				return nil, err
 			}
 		case secImport:
 			fns, gls, err := countImports(s.body)
@@ -300,6 +299,32 @@ func (w *rewriter) fn(idx uint32) uint32 {
 	return idx
 }
 
+// countTypes counts the function types of a type section. Anything else
+// (a rec group, 0x4e, which wazero reads and which holds several types in
+// one entry) is refused: the new type's index would be wrong.
+func countTypes(body []byte) (uint32, error) {
+	r := &reader{b: body}
+	n := r.u32()
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		if form := r.byte(); form != 0x60 {
+			r.fail("type form %#x", form)
+		}
+		for range 2 { // parameters, results
+			m := r.u32()
+			for j := uint32(0); j < m && r.err == nil; j++ {
+				r.valType()
+			}
+		}
+	}
+	if r.err == nil && r.off != len(r.b) {
+		r.err = errors.New("trailing bytes")
+	}
+	if r.err != nil {
+		return 0, unsupported("type section: %v", r.err)
+	}
+	return n, nil
+}
+
 // countImports counts the functions and globals of an import section.
 func countImports(body []byte) (fns, globals uint32, err error) {
 	r := &reader{b: body}
@@ -374,8 +399,12 @@ func (w *rewriter) exports(body []byte) ([]byte, error) {
 		kind := r.byte()
 		out = append(out, r.b[start:r.off]...)
 		idx := r.u32()
-		if kind == 0x00 {
+		switch {
+		case kind == 0x00:
 			idx = w.fn(idx)
+		case kind == 0x03 && idx >= w.fuel:
+			// Invalid in the module, it would export the counter.
+			return nil, fmt.Errorf("export of global %d, past the module's globals", idx)
 		}
 		out = appendU32(out, idx)
 	}
@@ -567,8 +596,14 @@ func (w *rewriter) instructions(r *reader, out []byte, cost uint32) ([]byte, err
 		case op == 0x00 || op == 0x01 || op == 0x05 || op == 0x0f || op == 0x1a || op == 0x1b ||
 			op == 0xd1 || (op >= 0x45 && op <= 0xc4):
 			// no immediate
+		case op == 0x23 || op == 0x24: // global.get, global.set
+			// An index past the module's globals is invalid there and
+			// would reach the counter once it is added: refused.
+			if idx := r.u32(); r.err == nil && idx >= w.fuel {
+				r.fail("global %d past the module's globals", idx)
+			}
 		case op == 0x0c || op == 0x0d || (op >= 0x20 && op <= 0x26) || op == 0x3f || op == 0x40:
-			r.u32() // label, local, global, table or memory index
+			r.u32() // label, local, table or memory index
 		case op == 0x0e: // br_table
 			n := r.u32()
 			for i := uint32(0); i <= n && r.err == nil; i++ {
@@ -779,12 +814,12 @@ func (r *reader) blockType() {
 		r.valType()
 		return
 	}
-	for i := 0; i < 5; i++ {
-		if r.byte()&0x80 == 0 {
-			return // the last byte of a multi-byte s33, or a one-byte positive one
-		}
+	// wazero reads an s33 and takes -29 and -28, in any length, for the
+	// typed-reference prefixes: the last byte's sign bit must be clear.
+	r.u32()
+	if r.err == nil && r.b[r.off-1]&0x40 != 0 {
+		r.fail("negative block type")
 	}
-	r.fail("block type longer than 5 bytes")
 }
 
 // valType skips a value type: a number, vector or reference type in its
@@ -806,10 +841,11 @@ func (r *reader) refType() {
 	}
 }
 
-// subOpcode reads the opcode after a 0xfc, 0xfd or 0xfe prefix the way
-// wazero does: one byte, where the binary format has a LEB128. The two
-// agree for values below 0x80; for a larger one the LEB128's second byte
-// must be 0x01, which wazero reads as a nop after the one byte.
+// subOpcode reads the opcode after a 0xfc, 0xfd or 0xfe prefix. The format
+// has a LEB128; wazero reads one byte after 0xfd and 0xfe (a LEB128 after
+// 0xfc). The two agree for values below 0x80; for a larger one the
+// LEB128's second byte must be 0x01, which wazero reads as a nop after the
+// one byte. Every other form is refused (none is a valid 0xfc opcode).
 func (r *reader) subOpcode() uint32 {
 	b := r.byte()
 	if b < 0x80 {

@@ -294,6 +294,10 @@ func TestRefused(t *testing.T) {
 			sec(10, []byte{1, 5, 0, 0x06, 0x40, 0x0b, 0x0b}))}, // try (exceptions) ... end end
 		{"sections out of order", concat(hdr, sec(3, []byte{1, 0}), typ)},
 		{"unknown section", concat(hdr, sec(42, []byte{0}))},
+		// Invalid (the module has no global), but the counter would be
+		// global 0 once added: a loop that set it would never stop.
+		{"global.set past the globals", module(1, []byte{0, 0x03, 0x40, 0x41, 0xff, 0xff, 0xff, 0xff, 0x07, 0x24, 0x00, 0x0c, 0x00, 0x0b, 0x0b})},
+		{"export of a global past the globals", concat(hdr, sec(7, append(appendName([]byte{1}, "g"), 0x03, 0x00)))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := Instrument(tc.wasm)
@@ -367,6 +371,11 @@ func TestWazeroFormsRefused(t *testing.T) {
 		{"select (ref null 28)", module(29, sel)},
 		{"local (ref null func)", module(1, []byte{1, 1, 0x63, 0x70, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b})},
 		{"SIMD opcode 0x8c not followed by 0x01", module(1, simd)},
+		{"block type (ref null 2) in two bytes", module(3, []byte{0, 0x02, 0xe3, 0x7f, 0x02, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x00, 0x0b, 0x1a, 0x0b})},
+		{"block type (ref null 2) in five bytes", module(3, []byte{0, 0x02, 0xe3, 0xff, 0xff, 0xff, 0x3f, 0x02, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x00, 0x0b, 0x1a, 0x0b})},
+		{"block type (ref 2) in two bytes", module(3, []byte{0, 0x02, 0xe4, 0x7f, 0x02, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x00, 0x0b, 0x1a, 0x0b})},
+		{"rec group of two types", concat(hdr, sec(1, []byte{1, 0x4e, 2, 0x60, 0, 0, 0x60, 0, 0}), sec(3, []byte{1, 1}),
+			sec(10, []byte{1, 2, 0, 0x0b}))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
