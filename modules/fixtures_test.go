@@ -16,6 +16,8 @@ package modules
 //go:generate wat2wasm testdata/nomemory.wat -o testdata/nomemory.wasm
 //go:generate wat2wasm testdata/noisy.wat -o testdata/noisy.wasm
 //go:generate wat2wasm testdata/trap.wat -o testdata/trap.wasm
+//go:generate wat2wasm testdata/start.wat -o testdata/start.wasm
+//go:generate wat2wasm testdata/startloop.wat -o testdata/startloop.wasm
 //go:generate wat2wasm testdata/ungranted.wat -o testdata/ungranted.wasm
 //go:generate wat2wasm testdata/unknownimport.wat -o testdata/unknownimport.wasm
 

@@ -64,7 +64,11 @@ func (m *Module) newInstance(ctx context.Context) (*instance, error) {
 		return nil, abi.Errorf(abi.ResourceExhausted, "module %q: instantiate: %v", m.name, err)
 	}
 	inst.mem = mem
-	mod, err := m.wrt.InstantiateModule(experimental.WithMemoryAllocator(ctx, mem), m.compiled, cfg)
+	// Instantiation runs the module's start function, if it has one,
+	// outside any operation: refuel bounds it by the call timeout.
+	ictx, cancel := context.WithTimeout(ctx, m.limits.CallTimeout)
+	mod, err := m.wrt.InstantiateModule(experimental.WithMemoryAllocator(ictx, mem), m.compiled, cfg)
+	cancel()
 	if err != nil {
 		mem.release()
 		return nil, abi.Errorf(abi.Internal, "module %q: instantiate: %v", m.name, err)
@@ -285,8 +289,16 @@ const fuelPerRefuel = 1 << 14
 // call's guest time is spent or its caller's context has ended, and
 // otherwise answers the next count.
 func refuel(ctx context.Context, _ api.Module, stack []uint64) {
-	if exit := current(ctx).clock.check(); exit != nil {
-		panic(exit)
+	inst, _ := ctx.Value(callKey{}).(*instance)
+	switch {
+	case inst != nil:
+		if exit := inst.clock.check(); exit != nil {
+			panic(exit)
+		}
+	case ctx.Err() != nil:
+		// A start function, run by instantiation outside any operation,
+		// under the call timeout (newInstance).
+		panic(sys.NewExitError(sys.ExitCodeDeadlineExceeded))
 	}
 	stack[0] = fuelPerRefuel
 }

@@ -3,6 +3,7 @@ package modules
 import (
 	"context"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,4 +85,34 @@ func TestLoopingGuestLetsTheWorldStop(t *testing.T) {
 		t.Errorf("a collection took %s while a guest looped (its call timeout %s)", took, timeout)
 	}
 	wantCode(t, <-done, abi.DeadlineExceeded)
+}
+
+// A start function runs at instantiation, outside any operation: a finite
+// one runs to its end, and one that never returns fails the module's load
+// at the call timeout instead of holding the load (and the daemon's start)
+// forever.
+func TestStartFunctionBounded(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	start := time.Now()
+	r, errs := startRuntime(t, map[string]string{"start": "start", "startloop": "startloop"}, nil, func(c *Config) {
+		c.Limits.CallTimeout = timeout
+	})
+	if d := time.Since(start); d > timeout+5*time.Second {
+		t.Fatalf("loading took %s", d)
+	}
+	if err := errs["startloop"]; err == nil || !strings.Contains(err.Error(), "deadline exceeded") {
+		t.Fatalf("startloop: %v, want its load refused for the deadline", err)
+	}
+	if _, ok := r.Module("startloop"); ok {
+		t.Fatal("startloop is loaded")
+	}
+	m := mustModule(t, r, "start")
+	if !m.metered {
+		t.Fatal("start loaded without the meter")
+	}
+	// create_volume answers OK only once the start function's loop ran to
+	// its end.
+	if _, err := m.Call(context.Background(), abi.OpCreateVolume, nil); err != nil {
+		t.Fatal(err)
+	}
 }
