@@ -164,3 +164,33 @@ func TestGuestClockRefusesHostCallWhenOver(t *testing.T) {
 	}
 	inst.clock.end()
 }
+
+// TestGuestClockCheck: refuel's check stops a guest whose budget is spent
+// by reading the time itself, also when the timer has not fired (here it
+// never will), and one whose caller went away.
+func TestGuestClockCheck(t *testing.T) {
+	inst := &instance{}
+	inst.clock.init(inst)
+	inst.clock.start(context.Background(), time.Millisecond)
+	if err := inst.clock.check(); err != nil {
+		t.Fatalf("a fresh call's check: %v", err)
+	}
+	inst.clock.timer.Stop() // the timer's callback cannot close the clock
+	time.Sleep(5 * time.Millisecond)
+	var exit *sys.ExitError
+	if err := inst.clock.check(); !errors.As(err, &exit) || exit.ExitCode() != sys.ExitCodeDeadlineExceeded {
+		t.Fatalf("spent budget: check = %v, want the deadline's exit error", err)
+	}
+	if !errors.Is(inst.clock.Err(), errGuestTime) {
+		t.Fatalf("spent budget: Err %v", inst.clock.Err())
+	}
+	inst.clock.end()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	inst.clock.start(ctx, time.Second)
+	cancel()
+	if err := inst.clock.check(); !errors.As(err, &exit) || exit.ExitCode() != sys.ExitCodeContextCanceled {
+		t.Fatalf("caller gone: check = %v, want the cancellation's exit error", err)
+	}
+	inst.clock.end()
+}

@@ -288,16 +288,22 @@ const fuelPerRefuel = 1 << 14
 // calls it when its loop counter runs out. It stops the guest when the
 // call's guest time is spent or its caller's context has ended, and
 // otherwise answers the next count.
-func refuel(ctx context.Context, _ api.Module, stack []uint64) {
+func refuel(ctx context.Context, mod api.Module, stack []uint64) {
 	inst, _ := ctx.Value(callKey{}).(*instance)
 	switch {
+	case mod.IsClosed():
+		// The module was closed under the call (a forced shutdown): stop
+		// as wazero's own checks would.
+		panic(sys.NewExitError(0))
 	case inst != nil:
 		if exit := inst.clock.check(); exit != nil {
 			panic(exit)
 		}
-	case ctx.Err() != nil:
+	case errors.Is(ctx.Err(), context.Canceled):
 		// A start function, run by instantiation outside any operation,
 		// under the call timeout (newInstance).
+		panic(sys.NewExitError(sys.ExitCodeContextCanceled))
+	case ctx.Err() != nil:
 		panic(sys.NewExitError(sys.ExitCodeDeadlineExceeded))
 	}
 	stack[0] = fuelPerRefuel

@@ -116,3 +116,40 @@ func TestStartFunctionBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A runtime closed under a running call (a forced shutdown) stops a
+// metered guest at its next refuel, as wazero's checks stopped an
+// unmetered one, not at the end of its call timeout.
+func TestCloseStopsMeteredGuest(t *testing.T) {
+	const timeout = 5 * time.Second
+	dir := t.TempDir()
+	writeModule(t, dir, "loop", fixture(t, "loop"))
+	cfg := testConfig(dir, nil)
+	cfg.Overrides = map[string]Limits{"loop": {CallTimeout: timeout}}
+	r, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := r.Load(context.Background()); len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	m := mustModule(t, r, "loop")
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Call(context.Background(), abi.OpCreateVolume, nil)
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // looping by now
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_ = r.Close(ctx) // the call does not end in time: closed by force
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("the looping call succeeded")
+		}
+	case <-time.After(timeout / 2):
+		t.Fatalf("the guest still ran %s after the forced close", time.Since(start))
+	}
+}

@@ -54,6 +54,7 @@ const (
 	secCustom  = 0
 	secType    = 1
 	secImport  = 2
+	secFunc    = 3
 	secTable   = 4
 	secGlobal  = 6
 	secExport  = 7
@@ -73,9 +74,11 @@ type section struct {
 
 // rewriter holds what the sections need to know of each other.
 type rewriter struct {
-	imports uint32 // functions imported by the module (before ours)
-	refuel  uint32 // our import's function index (== imports)
-	fuel    uint32 // our global's index
+	imports uint32   // functions imported by the module (before ours)
+	refuel  uint32   // our import's function index (== imports)
+	fuel    uint32   // our global's index
+	params  []uint32 // parameter count of each defined function
+	scratch uint32   // the scratch local of the function being rewritten
 }
 
 func unsupported(format string, args ...any) error {
@@ -113,13 +116,15 @@ func Instrument(wasm []byte) ([]byte, error) {
 
 	w := &rewriter{}
 	var types, globals, importedGlobals uint32
+	var typeParams []uint32
 	for _, s := range secs {
 		switch s.id {
 		case secType:
 			var err error
-			if types, err = countTypes(s.body); err != nil {
+			if typeParams, err = countTypes(s.body); err != nil {
 				return nil, err
 			}
+			types = uint32(len(typeParams))
 		case secImport:
 			fns, gls, err := countImports(s.body)
 			if err != nil {
@@ -140,6 +145,14 @@ func Instrument(wasm []byte) ([]byte, error) {
 	w.refuel = w.imports
 	w.fuel = importedGlobals + globals
 	refuelType := types
+	for _, s := range secs {
+		if s.id == secFunc {
+			var err error
+			if w.params, err = funcParams(s.body, typeParams); err != nil {
+				return nil, err
+			}
+		}
+	}
 
 	out := make([]byte, 0, len(wasm)+len(wasm)/16+64)
 	out = append(out, wasm[:8]...)
@@ -302,17 +315,20 @@ func (w *rewriter) fn(idx uint32) uint32 {
 // countTypes counts the function types of a type section. Anything else
 // (a rec group, 0x4e, which wazero reads and which holds several types in
 // one entry) is refused: the new type's index would be wrong.
-func countTypes(body []byte) (uint32, error) {
+func countTypes(body []byte) (params []uint32, err error) {
 	r := &reader{b: body}
 	n := r.u32()
 	for i := uint32(0); i < n && r.err == nil; i++ {
 		if form := r.byte(); form != 0x60 {
 			r.fail("type form %#x", form)
 		}
-		for range 2 { // parameters, results
+		for k := range 2 { // parameters, results
 			m := r.u32()
 			for j := uint32(0); j < m && r.err == nil; j++ {
 				r.valType()
+			}
+			if k == 0 {
+				params = append(params, m)
 			}
 		}
 	}
@@ -320,9 +336,33 @@ func countTypes(body []byte) (uint32, error) {
 		r.err = errors.New("trailing bytes")
 	}
 	if r.err != nil {
-		return 0, unsupported("type section: %v", r.err)
+		return nil, unsupported("type section: %v", r.err)
 	}
-	return n, nil
+	return params, nil
+}
+
+// funcParams returns the parameter count of each function the function
+// section declares.
+func funcParams(body []byte, typeParams []uint32) ([]uint32, error) {
+	r := &reader{b: body}
+	n := r.u32()
+	var params []uint32
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		t := r.u32()
+		if r.err == nil && t >= uint32(len(typeParams)) {
+			r.fail("function %d of type %d, past the types", i, t)
+		}
+		if r.err == nil {
+			params = append(params, typeParams[t])
+		}
+	}
+	if r.err == nil && r.off != len(r.b) {
+		r.err = errors.New("trailing bytes")
+	}
+	if r.err != nil {
+		return nil, unsupported("function section: %v", r.err)
+	}
+	return params, nil
 }
 
 // countImports counts the functions and globals of an import section.
@@ -448,7 +488,11 @@ func (w *rewriter) elements(body []byte) ([]byte, error) {
 		out = appendU32(out, count)
 		for j := uint32(0); j < count && r.err == nil; j++ {
 			if flags&4 == 0 {
-				out = appendU32(out, w.fn(r.u32()))
+				idx := r.u32()
+				if r.err == nil && idx < w.imports {
+					return nil, fmt.Errorf("element segment names imported function %d", idx)
+				}
+				out = appendU32(out, w.fn(idx))
 			} else if out, err = w.expr(r, out); err != nil {
 				return nil, err
 			}
@@ -476,15 +520,28 @@ func (w *rewriter) code(body []byte) ([]byte, error) {
 		if r.err != nil {
 			break
 		}
-		locals := fr.u32()
-		for j := uint32(0); j < locals && fr.err == nil; j++ {
-			fr.u32()
+		if i >= uint32(len(w.params)) {
+			return nil, fmt.Errorf("function %d has no type (function section)", i)
+		}
+		// One i32 local is added after the function's own: the scratch
+		// that keeps a bulk operation's length for its countdown.
+		groups := fr.u32()
+		start := fr.off
+		scratch := uint64(w.params[i])
+		for j := uint32(0); j < groups && fr.err == nil; j++ {
+			scratch += uint64(fr.u32())
 			fr.valType()
+		}
+		if fr.err == nil && (groups == math.MaxUint32 || scratch >= math.MaxUint32) {
+			fr.fail("too many locals")
 		}
 		if fr.err != nil {
 			return nil, fmt.Errorf("function %d: locals: %v", i, fr.err)
 		}
-		fn = append(fn[:0], fr.b[:fr.off]...)
+		fn = appendU32(fn[:0], groups+1)
+		fn = append(fn, fr.b[start:fr.off]...)
+		fn = append(fn, 0x01, 0x7f)
+		w.scratch = uint32(scratch)
 		cost := 1 + size/bytesPerFuel
 		fn = w.appendCountdown(fn, cost)
 		var err error
@@ -587,11 +644,22 @@ func (w *rewriter) instructions(r *reader, out []byte, cost uint32) ([]byte, err
 			depth--
 		case op == 0x10 || op == 0x12 || op == 0xd2: // call, return_call, ref.func
 			idx := r.u32()
-			if r.err == nil && idx >= w.imports {
+			switch {
+			case r.err != nil:
+			case idx >= w.imports:
 				out = append(out, r.b[copied:start]...)
 				out = append(out, op)
 				out = appendU32(out, w.fn(idx))
 				copied = r.off
+			case op == 0xd2:
+				// An imported function in a table would be reached by
+				// call_indirect, which has no countdown of its own.
+				r.fail("ref.func of imported function %d", idx)
+			case cost > 0:
+				// The host's code runs outside the count: a fixed charge.
+				out = append(out, r.b[copied:start]...)
+				out = w.appendCountdown(out, importCost)
+				copied = start
 			}
 		case op == 0x00 || op == 0x01 || op == 0x05 || op == 0x0f || op == 0x1a || op == 0x1b ||
 			op == 0xd1 || (op >= 0x45 && op <= 0xc4):
@@ -630,7 +698,12 @@ func (w *rewriter) instructions(r *reader, out []byte, cost uint32) ([]byte, err
 		case op == 0xd0: // ref.null t
 			r.refType()
 		case op == 0xfc:
-			r.prefixFC()
+			if bulk := r.prefixFC(); bulk && cost > 0 && r.err == nil {
+				// The length is on top of the stack: charged by it.
+				out = append(out, r.b[copied:start]...)
+				out = w.appendLengthCountdown(out)
+				copied = start
+			}
 		case op == 0xfd:
 			r.prefixFD()
 		case op == 0xfe:
@@ -654,6 +727,32 @@ func (w *rewriter) instructions(r *reader, out []byte, cost uint32) ([]byte, err
 // any, is stopped as promptly as a tight loop.
 const bytesPerFuel = 1024
 
+// importCost is charged before each call of an imported function, whose
+// work (a WASI call, a guest-to-host copy) the count does not see.
+const importCost = 1024
+
+// appendLengthCountdown appends, before a bulk operation whose i32 length
+// n is on top of the stack, a countdown of 1 + n/4096:
+//
+//	local.tee $scratch
+//	global.get $fuel  local.get $scratch  i32.const 12  i32.shr_u  i32.sub
+//	i32.const 1  i32.sub  global.set $fuel
+//	global.get $fuel  i32.const 1  i32.lt_s
+//	if  call $refuel  global.set $fuel  end
+//
+// The stack is as before it.
+func (w *rewriter) appendLengthCountdown(out []byte) []byte {
+	out = append(out, 0x22)
+	out = appendU32(out, w.scratch)
+	out = append(out, 0x23)
+	out = appendU32(out, w.fuel)
+	out = append(out, 0x20)
+	out = appendU32(out, w.scratch)
+	out = append(out, 0x41, 0x0c, 0x76, 0x6b, 0x41, 0x01, 0x6b, 0x24)
+	out = appendU32(out, w.fuel)
+	return w.appendCheck(out)
+}
+
 // appendCountdown appends, at a function's entry and at each loop header:
 //
 //	global.get $fuel  i32.const cost  i32.sub  global.set $fuel
@@ -668,6 +767,11 @@ func (w *rewriter) appendCountdown(out []byte, cost uint32) []byte {
 	out = appendS32(out, int32(cost))
 	out = append(out, 0x6b, 0x24)
 	out = appendU32(out, w.fuel)
+	return w.appendCheck(out)
+}
+
+// appendCheck appends the refuel when the counter is below 1.
+func (w *rewriter) appendCheck(out []byte) []byte {
 	out = append(out, 0x23)
 	out = appendU32(out, w.fuel)
 	out = append(out, 0x41, 0x01, 0x48, 0x04, 0x40, 0x10)
@@ -866,20 +970,25 @@ func (r *reader) memarg() {
 	r.u64(10)
 }
 
-func (r *reader) prefixFC() {
+// prefixFC skips a 0xfc instruction and reports whether it is a bulk
+// operation: one with an i32 length on top of the stack (memory.init,
+// memory.copy, memory.fill, table.init, table.copy, table.grow, table.fill).
+func (r *reader) prefixFC() (bulk bool) {
 	switch sub := r.subOpcode(); {
 	case sub <= 7: // saturating truncations
-	case sub == 8: // memory.init data mem
+	case sub == 9, sub == 13, sub == 16: // data.drop, elem.drop, table.size
+		r.u32()
+	case sub == 11, sub == 15, sub == 17: // memory.fill, table.grow, table.fill
+		r.u32()
+		return true
+	case sub == 8, sub == 10, sub == 12, sub == 14: // memory.init, memory.copy, table.init, table.copy
 		r.u32()
 		r.u32()
-	case sub == 9, sub == 11, sub == 13, sub == 15, sub == 16, sub == 17: // data.drop, memory.fill, elem.drop, table.grow/size/fill
-		r.u32()
-	case sub == 10, sub == 12, sub == 14: // memory.copy, table.init, table.copy
-		r.u32()
-		r.u32()
+		return true
 	default:
 		r.fail("unknown instruction 0xfc %d", sub)
 	}
+	return false
 }
 
 func (r *reader) prefixFD() {

@@ -2,6 +2,7 @@ package meter
 
 //go:generate wat2wasm testdata/shapes.wat -o testdata/shapes.wasm
 //go:generate wat2wasm testdata/bare.wat -o testdata/bare.wasm
+//go:generate wat2wasm testdata/bulk.wat -o testdata/bulk.wasm
 //go:generate wat2wasm testdata/heavy.wat -o testdata/heavy.wasm
 
 import (
@@ -102,14 +103,16 @@ func TestSameAnswers(t *testing.T) {
 		args       []uint64
 		countdowns int
 	}{
-		// entry, n+1 loop headers ($twice is imported: no countdown)
-		{"sum", []uint64{100_000}, 1 + 100_001},
+		// entry, n+1 loop headers, and a charge before each of the
+		// n/1000 calls of the imported $twice
+		{"sum", []uint64{100_000}, 1 + 100_001 + 100},
 		// entry, n loop headers
 		{"params", []uint64{5_000}, 1 + 5_000},
 		// entry, n outer and n*n inner loop headers, and the entries of
 		// $inc and $dec, called when (i+j) % 3 is 0 or 1: 2n*n/3 times
 		{"nested", []uint64{300}, 1 + 300 + 300*300 + 2*300*300/3},
-		{"mem", nil, 1},
+		// entry, and a charge before memory.fill and memory.copy
+		{"mem", nil, 1 + 2},
 		// entry and $square's
 		{"refs", nil, 2},
 	} {
@@ -481,4 +484,56 @@ func FuzzInstrument(f *testing.F) {
 		}
 		_ = m.Close(ctx)
 	})
+}
+
+// Work outside the count is charged: a bulk memory operation by its
+// length (1 + n/4096), an imported function's call by importCost. Without
+// that, a loop of 4 MiB memory.fill calls ran 16,384 fills between two
+// refuels.
+func TestChargedWork(t *testing.T) {
+	metered, err := Instrument(readFixture(t, "bulk"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rf := &refueler{fuel: 1 << 30}
+	mod := instantiate(t, metered, rf)
+	// fill(n, len): n fills of len bytes. The counter starts empty: the
+	// first countdown refuels, then the charges add up.
+	before := rf.calls
+	call(t, mod, "fill", 10, 4<<20)
+	if rf.calls != before+1 {
+		t.Fatalf("refuel called %d times for one call, want 1", rf.calls-before)
+	}
+	small := &refueler{fuel: 3000}
+	mod = instantiate(t, metered, small)
+	call(t, mod, "fill", 10, 4<<20) // 10 fills of 1 + 4 MiB/4096 = 1,025 units each
+	if want := refuels(3000, chargedFill(10, 1025)...); small.calls != want || want < 4 {
+		t.Fatalf("refuel called %d times, want %d", small.calls, want)
+	}
+	imp := &refueler{fuel: 3000}
+	mod = instantiate(t, metered, imp)
+	call(t, mod, "imported", 10) // 10 calls of env.twice
+	if want := refuels(3000, chargedImported(10)...); imp.calls != want || want < 4 {
+		t.Fatalf("refuel called %d times, want %d", imp.calls, want)
+	}
+}
+
+// chargedFill is the countdowns of fill(n, len): entry, then per
+// iteration the loop header and the fill's charge.
+func chargedFill(n int, charge int32) []int32 {
+	costs := []int32{1}
+	for range n {
+		costs = append(costs, 1, charge)
+	}
+	return costs
+}
+
+// chargedImported is the countdowns of imported(n): entry, then per
+// iteration the loop header and the import's charge.
+func chargedImported(n int) []int32 {
+	costs := []int32{1}
+	for range n {
+		costs = append(costs, 1, importCost)
+	}
+	return costs
 }
