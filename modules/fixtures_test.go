@@ -11,6 +11,7 @@ package modules
 //go:generate wat2wasm testdata/grow.wat -o testdata/grow.wasm
 //go:generate wat2wasm testdata/hostloop.wat -o testdata/hostloop.wasm
 //go:generate wat2wasm testdata/hugemax.wat -o testdata/hugemax.wasm
+//go:generate wat2wasm testdata/iovecs.wat -o testdata/iovecs.wasm
 //go:generate wat2wasm testdata/loop.wat -o testdata/loop.wasm
 //go:generate wat2wasm testdata/noinfo.wat -o testdata/noinfo.wasm
 //go:generate wat2wasm testdata/nomemory.wat -o testdata/nomemory.wasm

@@ -153,3 +153,22 @@ func TestCloseStopsMeteredGuest(t *testing.T) {
 		t.Fatalf("the guest still ran %s after the forced close", time.Since(start))
 	}
 }
+
+// One WASI call can take the host for as long as its arguments say: a
+// single fd_write of 350,000 iovecs of 1 MiB each is stopped at the call
+// timeout, between two iovecs, not after hours of scanning output.
+func TestLongWASICallStopped(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	r, errs := startRuntime(t, map[string]string{"iovecs": "iovecs"}, nil, func(c *Config) {
+		c.Overrides = map[string]Limits{"iovecs": {CallTimeout: timeout}}
+	})
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	start := time.Now()
+	_, err := mustModule(t, r, "iovecs").Call(context.Background(), abi.OpCreateVolume, nil)
+	wantCode(t, err, abi.DeadlineExceeded, "guest time over the call timeout")
+	if d := time.Since(start); d > timeout+5*time.Second {
+		t.Fatalf("the call took %s", d)
+	}
+}

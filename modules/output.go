@@ -119,6 +119,12 @@ func newGuestOutput(inst *instance, stream string, level slog.Level, keepTail bo
 }
 
 func (g *guestOutput) Write(p []byte) (int, error) {
+	// One fd_write may pass millions of iovecs, each written here in
+	// turn, and the host's time on them is not counted anywhere else: a
+	// guest whose time is spent is stopped at the next one.
+	if exit := g.inst.clock.check(); exit != nil {
+		panic(exit)
+	}
 	if g.keepTail {
 		if len(p) >= stderrTail {
 			g.buf = append(g.buf[:0], p[len(p)-stderrTail:]...)

@@ -656,9 +656,12 @@ func (w *rewriter) instructions(r *reader, out []byte, cost uint32) ([]byte, err
 				// call_indirect, which has no countdown of its own.
 				r.fail("ref.func of imported function %d", idx)
 			case cost > 0:
-				// The host's code runs outside the count: a fixed charge.
+				// The host's code runs outside the count, for as long as
+				// its arguments say (a WASI random_get, poll_oneoff,
+				// fd_write): refuel checks the deadline before each call,
+				// as wazero's checks did at each loop iteration.
 				out = append(out, r.b[copied:start]...)
-				out = w.appendCountdown(out, importCost)
+				out = w.appendRefuel(out)
 				copied = start
 			}
 		case op == 0x00 || op == 0x01 || op == 0x05 || op == 0x0f || op == 0x1a || op == 0x1b ||
@@ -698,10 +701,10 @@ func (w *rewriter) instructions(r *reader, out []byte, cost uint32) ([]byte, err
 		case op == 0xd0: // ref.null t
 			r.refType()
 		case op == 0xfc:
-			if bulk := r.prefixFC(); bulk && cost > 0 && r.err == nil {
+			if shift := r.prefixFC(); shift > 0 && cost > 0 && r.err == nil {
 				// The length is on top of the stack: charged by it.
 				out = append(out, r.b[copied:start]...)
-				out = w.appendLengthCountdown(out)
+				out = w.appendLengthCountdown(out, shift)
 				copied = start
 			}
 		case op == 0xfd:
@@ -727,28 +730,33 @@ func (w *rewriter) instructions(r *reader, out []byte, cost uint32) ([]byte, err
 // any, is stopped as promptly as a tight loop.
 const bytesPerFuel = 1024
 
-// importCost is charged before each call of an imported function, whose
-// work (a WASI call, a guest-to-host copy) the count does not see.
-const importCost = 1024
+// appendRefuel appends an unconditional refuel: call $refuel  global.set
+// $fuel.
+func (w *rewriter) appendRefuel(out []byte) []byte {
+	out = append(out, 0x10)
+	out = appendU32(out, w.refuel)
+	out = append(out, 0x24)
+	return appendU32(out, w.fuel)
+}
 
 // appendLengthCountdown appends, before a bulk operation whose i32 length
-// n is on top of the stack, a countdown of 1 + n/4096:
+// n is on top of the stack, a countdown of 1 + n>>shift:
 //
 //	local.tee $scratch
-//	global.get $fuel  local.get $scratch  i32.const 12  i32.shr_u  i32.sub
+//	global.get $fuel  local.get $scratch  i32.const shift  i32.shr_u  i32.sub
 //	i32.const 1  i32.sub  global.set $fuel
 //	global.get $fuel  i32.const 1  i32.lt_s
 //	if  call $refuel  global.set $fuel  end
 //
 // The stack is as before it.
-func (w *rewriter) appendLengthCountdown(out []byte) []byte {
+func (w *rewriter) appendLengthCountdown(out []byte, shift uint8) []byte {
 	out = append(out, 0x22)
 	out = appendU32(out, w.scratch)
 	out = append(out, 0x23)
 	out = appendU32(out, w.fuel)
 	out = append(out, 0x20)
 	out = appendU32(out, w.scratch)
-	out = append(out, 0x41, 0x0c, 0x76, 0x6b, 0x41, 0x01, 0x6b, 0x24)
+	out = append(out, 0x41, shift, 0x76, 0x6b, 0x41, 0x01, 0x6b, 0x24)
 	out = appendU32(out, w.fuel)
 	return w.appendCheck(out)
 }
@@ -970,25 +978,34 @@ func (r *reader) memarg() {
 	r.u64(10)
 }
 
-// prefixFC skips a 0xfc instruction and reports whether it is a bulk
-// operation: one with an i32 length on top of the stack (memory.init,
-// memory.copy, memory.fill, table.init, table.copy, table.grow, table.fill).
-func (r *reader) prefixFC() (bulk bool) {
+// prefixFC skips a 0xfc instruction. For a bulk operation, one with an
+// i32 length on top of the stack, it answers the shift that turns the
+// length into 4 KiB units: 12 for bytes (memory.init, memory.copy,
+// memory.fill), 9 for table entries of 8 bytes (table.init, table.copy,
+// table.grow, table.fill); 0 for any other.
+func (r *reader) prefixFC() (shift uint8) {
 	switch sub := r.subOpcode(); {
 	case sub <= 7: // saturating truncations
 	case sub == 9, sub == 13, sub == 16: // data.drop, elem.drop, table.size
 		r.u32()
-	case sub == 11, sub == 15, sub == 17: // memory.fill, table.grow, table.fill
+	case sub == 11: // memory.fill
 		r.u32()
-		return true
-	case sub == 8, sub == 10, sub == 12, sub == 14: // memory.init, memory.copy, table.init, table.copy
+		return 12
+	case sub == 15, sub == 17: // table.grow, table.fill
+		r.u32()
+		return 9
+	case sub == 8, sub == 10: // memory.init, memory.copy
 		r.u32()
 		r.u32()
-		return true
+		return 12
+	case sub == 12, sub == 14: // table.init, table.copy
+		r.u32()
+		r.u32()
+		return 9
 	default:
 		r.fail("unknown instruction 0xfc %d", sub)
 	}
-	return false
+	return 0
 }
 
 func (r *reader) prefixFD() {

@@ -131,12 +131,16 @@ func TestSameAnswers(t *testing.T) {
 }
 
 // refuels is how often refuel is called for countdowns of the given costs,
-// starting from an empty counter and answering fuel each time.
+// starting from an empty counter and answering fuel each time; a cost of
+// forced is a refuel without a countdown (before an imported call).
 func refuels(fuel int32, costs ...int32) int {
 	var f int32
 	n := 0
 	for _, c := range costs {
-		if f -= c; f < 1 {
+		if c == forced {
+			f = fuel
+			n++
+		} else if f -= c; f < 1 {
 			f = fuel
 			n++
 		}
@@ -487,9 +491,9 @@ func FuzzInstrument(f *testing.F) {
 }
 
 // Work outside the count is charged: a bulk memory operation by its
-// length (1 + n/4096), an imported function's call by importCost. Without
-// that, a loop of 4 MiB memory.fill calls ran 16,384 fills between two
-// refuels.
+// length (1 + n/4096), and an imported function's call refuels first.
+// Without that, a loop of 4 MiB memory.fill calls ran 16,384 fills between
+// two refuels.
 func TestChargedWork(t *testing.T) {
 	metered, err := Instrument(readFixture(t, "bulk"))
 	if err != nil {
@@ -513,7 +517,7 @@ func TestChargedWork(t *testing.T) {
 	imp := &refueler{fuel: 3000}
 	mod = instantiate(t, metered, imp)
 	call(t, mod, "imported", 10) // 10 calls of env.twice
-	if want := refuels(3000, chargedImported(10)...); imp.calls != want || want < 4 {
+	if want := refuels(3000, chargedImported(10)...); imp.calls != want || want != 11 {
 		t.Fatalf("refuel called %d times, want %d", imp.calls, want)
 	}
 }
@@ -528,12 +532,14 @@ func chargedFill(n int, charge int32) []int32 {
 	return costs
 }
 
+const forced = -1
+
 // chargedImported is the countdowns of imported(n): entry, then per
-// iteration the loop header and the import's charge.
+// iteration the loop header and the refuel before the imported call.
 func chargedImported(n int) []int32 {
 	costs := []int32{1}
 	for range n {
-		costs = append(costs, 1, importCost)
+		costs = append(costs, 1, forced)
 	}
 	return costs
 }
