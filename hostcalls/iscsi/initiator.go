@@ -285,7 +285,7 @@ func (in *Initiator) waitDevice(ctx context.Context, ks kernelSession, lun int, 
 		}
 		if ok && d.Block != "" {
 			dev := filepath.Join(in.opt.Dev, d.Block)
-			if _, err := os.Stat(dev); err == nil {
+			if live(dev) {
 				return in.byPath(ctx, ks, lun, dev, deadline), nil
 			}
 		}
@@ -320,6 +320,22 @@ func (in *Initiator) waitDevice(ctx context.Context, ks kernelSession, lun int, 
 		}
 		sleep = min(sleep*2, 100*time.Millisecond)
 	}
+}
+
+// live reports whether the device node dev can be opened. A node that
+// exists may not be usable yet: right after a session ends and a new one
+// logs in, the new LUN's disk can take the name its predecessor had
+// moments ago, and until the kernel has finished removing the one and
+// adding the other an open fails with ENXIO (a stage then failed its probe
+// with "no such device or address"). Errors that say nothing about the
+// device's presence (EACCES) count as live, as the node's existence did.
+func live(dev string) bool {
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return !errors.Is(err, unix.ENXIO) && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENODEV)
+	}
+	unix.Close(fd)
+	return true
 }
 
 // byPath returns udev's stable link for the LUN when udev runs and makes it

@@ -2,6 +2,7 @@ package iscsi
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -424,5 +425,32 @@ func TestSummarize(t *testing.T) {
 	}
 	if got := summarize("just this\n"); got != "just this" {
 		t.Fatalf("summarize = %q", got)
+	}
+}
+
+// A device node that cannot be opened for want of its device (ENXIO, here
+// a socket, which open(2) refuses the same way) is not live yet: waitDevice
+// keeps waiting for it rather than handing a stage a node whose probe
+// fails.
+func TestLiveDevice(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "sda")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if live(sock) {
+		t.Error("a node whose open fails with ENXIO counts as live")
+	}
+	if live(filepath.Join(dir, "sdb")) {
+		t.Error("a missing node counts as live")
+	}
+	file := filepath.Join(dir, "sdc")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !live(file) {
+		t.Error("an openable node does not count as live")
 	}
 }
