@@ -5,6 +5,7 @@ package modules
 //go:generate wat2wasm testdata/badsig.wat -o testdata/badsig.wasm
 //go:generate wat2wasm testdata/badversion.wat -o testdata/badversion.wasm
 //go:generate wat2wasm testdata/bigmin.wat -o testdata/bigmin.wasm
+//go:generate wat2wasm testdata/bigtable.wat -o testdata/bigtable.wasm
 //go:generate wat2wasm testdata/flood.wat -o testdata/flood.wasm
 //go:generate wat2wasm testdata/garbage.wat -o testdata/garbage.wasm
 //go:generate wat2wasm testdata/good.wat -o testdata/good.wasm
@@ -19,6 +20,7 @@ package modules
 //go:generate wat2wasm testdata/trap.wat -o testdata/trap.wasm
 //go:generate wat2wasm testdata/start.wat -o testdata/start.wasm
 //go:generate wat2wasm testdata/startloop.wat -o testdata/startloop.wasm
+//go:generate wat2wasm testdata/tablegrow.wat -o testdata/tablegrow.wasm
 //go:generate wat2wasm testdata/ungranted.wat -o testdata/ungranted.wasm
 //go:generate wat2wasm testdata/unknownimport.wat -o testdata/unknownimport.wasm
 

@@ -53,7 +53,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 func TestLoadRefusesBadModules(t *testing.T) {
 	files := map[string]string{}
 	for _, fx := range []string{"good", "trap", "loop", "flood", "garbage", "badversion", "noinfo",
-		"ungranted", "unknownimport", "badsig", "badcore", "nomemory", "hugemax", "bigmin"} {
+		"ungranted", "unknownimport", "badsig", "badcore", "nomemory", "hugemax", "bigmin", "bigtable"} {
 		files[fx] = fx
 	}
 	r, errs := startRuntime(t, files, nil, nil)
@@ -74,6 +74,7 @@ func TestLoadRefusesBadModules(t *testing.T) {
 		{"badcore", []string{`module "badcore": import wasmcsi.request_read has signature (i32) -> i32, needs (i32 i32) -> i32`}},
 		{"nomemory", []string{`module "nomemory": missing export memory`}},
 		{"bigmin", []string{`module "bigmin": compile:`, "min 100 pages", "over limit of 64 pages"}},
+		{"bigtable", []string{`module "bigtable": tables too large: the module's tables need 1048577 entries at least, the limit is 1048576`}},
 	}
 	for _, tt := range refused {
 		t.Run(tt.module, func(t *testing.T) {

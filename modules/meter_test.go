@@ -172,3 +172,19 @@ func TestLongWASICallStopped(t *testing.T) {
 		t.Fatalf("the call took %s", d)
 	}
 }
+
+// A guest's table is bounded like its memory: table.grow fails past
+// MaxTableEntries instead of taking the daemon's heap, and succeeds up to
+// it (the fixture's calls answer OK only then).
+func TestTableGrowthBounded(t *testing.T) {
+	r, errs := startRuntime(t, map[string]string{"tablegrow": "tablegrow"}, nil, nil)
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	m := mustModule(t, r, "tablegrow")
+	for _, op := range []abi.Op{abi.OpCreateVolume, abi.OpDeleteVolume} {
+		if _, err := m.Call(context.Background(), op, nil); err != nil {
+			t.Errorf("%s: %v", op, err)
+		}
+	}
+}

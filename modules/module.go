@@ -194,6 +194,12 @@ func (r *Runtime) load(ctx context.Context, name string, data []byte, digest str
 	} else {
 		data = metered
 	}
+	// A table's entries live on the Go heap, outside the memory limit:
+	// bound them, metered or not.
+	data, err := meter.LimitTables(data, MaxTableEntries)
+	if err != nil {
+		return nil, fmt.Errorf("module %q: %w", name, err)
+	}
 	rc := wazero.NewRuntimeConfig().
 		WithCloseOnContextDone(metered == nil).
 		WithMemoryLimitPages(lim.MemoryPages).

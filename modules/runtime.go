@@ -52,6 +52,13 @@ const (
 // MaxModuleSize bounds the size of a module file the runtime reads.
 const MaxModuleSize = 64 << 20
 
+// MaxTableEntries bounds the entries of all tables of one instance
+// together: 8 MiB of Go heap, which wazero keeps outside the linear memory
+// and its limits. A module whose tables declare more at least is refused;
+// table.grow past the bound fails (meter.LimitTables). Modules the SDK
+// builds declare one table of about 6,000 entries and never grow it.
+const MaxTableEntries = 1 << 20
+
 // Limits bound what one module may use. A zero field means the default
 // (DefaultCallTimeout, ...), both in Config.Limits and in Config.Overrides.
 type Limits struct {

@@ -88,30 +88,9 @@ func unsupported(format string, args ...any) error {
 // Instrument returns a copy of wasm with the loop counter and its import
 // added; wasm itself is not changed.
 func Instrument(wasm []byte) ([]byte, error) {
-	if len(wasm) < 8 || string(wasm[:4]) != "\x00asm" || binary.LittleEndian.Uint32(wasm[4:8]) != 1 {
-		return nil, unsupported("not a WebAssembly 1.0 binary module")
-	}
-	r := &reader{b: wasm, off: 8}
-	var secs []section
-	var lastRank int
-	for r.off < len(r.b) {
-		id := r.byte()
-		size := r.u32()
-		body := r.take(int(size))
-		if r.err != nil {
-			return nil, unsupported("section %d: %v", id, r.err)
-		}
-		if id != secCustom {
-			rank, ok := order[id]
-			if !ok {
-				return nil, unsupported("unknown section id %d", id)
-			}
-			if rank <= lastRank {
-				return nil, unsupported("section %d out of order", id)
-			}
-			lastRank = rank
-		}
-		secs = append(secs, section{id, body})
+	secs, err := sections(wasm)
+	if err != nil {
+		return nil, err
 	}
 
 	w := &rewriter{}

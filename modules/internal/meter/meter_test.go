@@ -4,6 +4,7 @@ package meter
 //go:generate wat2wasm testdata/bare.wat -o testdata/bare.wasm
 //go:generate wat2wasm testdata/bulk.wat -o testdata/bulk.wasm
 //go:generate wat2wasm testdata/heavy.wat -o testdata/heavy.wasm
+//go:generate wat2wasm testdata/tables.wat -o testdata/tables.wasm
 
 import (
 	"bytes"
