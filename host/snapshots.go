@@ -8,11 +8,14 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/host/config"
 	"github.com/wasmcsi/wasmcsi/host/state"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/node/quiesce"
 )
 
 func csiSnapshot(sn *state.Snapshot) *csi.Snapshot {
@@ -87,7 +90,8 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 	}
 	var resp abi.CreateSnapshotResponse
 	mreq.Source = volumeRef(&v)
-	if err := b.call(ctx, abi.OpCreateSnapshot, &mreq, &resp); err != nil {
+	// A group's members are paused by the group (groupcontroller.go).
+	if err := s.cutSnapshot(ctx, b, &v, &mreq, &resp, group == ""); err != nil {
 		return nil, err
 	}
 	tag := s.tagFor(b)
@@ -131,6 +135,91 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 		return nil, fmt.Errorf("record snapshot %s: %w", sn.ID, err)
 	}
 	return &sn, nil
+}
+
+// cutSnapshot calls the backend's create_snapshot. With pause set, a
+// source staged on this node as a filesystem mounted from a device other
+// than device-mapper is frozen for the call (hostcalls/node/quiesce, as
+// a group's members are, with its guardian and freeze_timeout), so that
+// the snapshot holds one moment of the volume, with what the filesystem
+// had cached, even where the backend copies the volume's blocks one after
+// the other while the workload writes. A device-mapper device is left to
+// the backend (dm thin suspends the origin for its snapshot itself); a
+// raw block volume or a directory has no pause (RATIONALE.md, "Snapshots
+// of volumes in use"). A hold that ends before the cut does (its deadline)
+// fails the call, and what the backend cut is removed.
+func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, mreq *abi.CreateSnapshotRequest, resp *abi.CreateSnapshotResponse, pause bool) error {
+	var targets []quiesce.Target
+	if pause {
+		t, err := s.snapshotPause(ctx, v)
+		if err != nil {
+			return err
+		}
+		if t != nil {
+			targets = append(targets, *t)
+		}
+	}
+	if len(targets) == 0 {
+		return b.call(ctx, abi.OpCreateSnapshot, mreq, resp)
+	}
+	hold, err := quiesce.Pause(ctx, targets, s.cfg.GroupSnapshot.FreezeTimeout, s.log)
+	if err != nil {
+		return err
+	}
+	defer hold.Thaw() // a panic too
+	cctx := ctx
+	if d := hold.Deadline(); !d.IsZero() {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithDeadline(ctx, d)
+		defer cancel()
+	}
+	err = b.call(cctx, abi.OpCreateSnapshot, mreq, resp)
+	var rerr *abi.Error
+	if errors.As(hold.Release(), &rerr) {
+		switch {
+		case err == nil:
+			// Cut, but not all of it while the writes were paused.
+			sn := state.Snapshot{LocalID: resp.LocalID, Context: resp.Context, SizeBytes: resp.SizeBytes}
+			dreq := abi.DeleteSnapshotRequest{Snapshot: snapshotRef(&sn, v)}
+			if derr := b.call(context.WithoutCancel(ctx), abi.OpDeleteSnapshot, &dreq, &abi.Empty{}); derr != nil {
+				s.log.Error("remove a snapshot cut after its pause ended", "volume", v.ID, "snapshot", mreq.Name, "err", derr)
+			}
+			err = rerr
+		case rerr.Code == abi.DeadlineExceeded:
+			err = abi.Errorf(rerr.Code, "%s; the snapshot: %s", rerr.Message, status.Convert(toStatus(err)).Message())
+		}
+	}
+	guard, pausing, held := hold.Timing()
+	s.log.Info("snapshot paused writes", "volume", v.ID, "snapshot", mreq.Name, "target", targets[0].String(),
+		"guardian_start", guard, "pausing", pausing, "held", held, "ok", err == nil)
+	return err
+}
+
+// snapshotPause is what pauses the writes to v for a snapshot of its own:
+// its filesystem, when v is staged here with one mounted from a device
+// other than device-mapper; nil otherwise.
+func (s *Server) snapshotPause(ctx context.Context, v *state.Volume) (*quiesce.Target, error) {
+	if s.cfg.Role == config.RoleController {
+		return nil, nil // no stages here
+	}
+	rec, err := s.store.GetStage(v.ID)
+	if errors.Is(err, state.ErrNotFound) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	if rec.Device == "" || rec.Block {
+		return nil, nil
+	}
+	present, err := s.stagePresent(ctx, &rec)
+	if err != nil || !present {
+		return nil, err
+	}
+	t, err := s.node.WritePause(rec.Device, rec.StagingPath, rec.Block, v.ID)
+	if err != nil || t == nil || t.Kind != quiesce.Filesystem {
+		return nil, err
+	}
+	return t, nil
 }
 
 func describeGroup(id string) string {

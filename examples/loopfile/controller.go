@@ -297,9 +297,11 @@ func (b *Backend) ModifyVolume(req *abi.ModifyVolumeRequest) (*abi.ModifyVolumeR
 
 // CreateSnapshot clones the volume's file to "<snapshot ID>.snap" beside
 // it: a reflink where the pool's filesystem has them (instant, shares
-// blocks), else a copy that keeps holes. A snapshot of a volume in use is
-// crash-consistent: it holds what had reached the file, as after a power
-// cut.
+// blocks), else a copy that keeps holes. A reflink of a volume in use
+// holds one moment of its file. A copy does only because the host freezes
+// a mount volume's filesystem on this node around this call
+// (host/RATIONALE.md, "Snapshots of volumes in use"); a block volume in
+// use is copied while it is written.
 func (b *Backend) CreateSnapshot(req *abi.CreateSnapshotRequest) (*abi.CreateSnapshotResponse, error) {
 	for k := range req.Parameters {
 		if !strings.HasPrefix(k, kubernetesPrefix) {

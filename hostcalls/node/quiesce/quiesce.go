@@ -303,7 +303,7 @@ func (h *Hold) Release() error {
 	h.mu.Unlock()
 	switch {
 	case expired:
-		return abi.Errorf(abi.DeadlineExceeded, "the snapshots took longer than writes may stay paused (%s); writes resumed and the group was not cut", h.timeout)
+		return abi.Errorf(abi.DeadlineExceeded, "the snapshot took longer than writes may stay paused (%s): writes resumed, and nothing of it is kept", h.timeout)
 	case ended:
 		return abi.Errorf(abi.Aborted, "writes were resumed before the snapshots were cut")
 	case len(failed) > 0:

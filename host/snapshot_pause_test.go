@@ -1,0 +1,175 @@
+package host_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+)
+
+// TestSnapshotOfVolumeInUseHoldsOneMoment: a snapshot of its own of a
+// mounted volume in use is cut with the volume's filesystem frozen. What
+// the workload wrote before the call, still only in the page cache, is in
+// the snapshot; a write the workload starts while the backend copies the
+// file (the pool here has no reflinks) waits for the cut and is not in it.
+// Unpaused, the copy missed the cached write and let the other one through.
+func TestSnapshotOfVolumeInUseHoldsOneMoment(t *testing.T) {
+	ctl := t.TempDir()
+	var target string
+	during := make(chan error, 1)
+	var finishedInCut bool
+	hook := func() {
+		// Runs in file_clone, before the copy: the workload writes.
+		go func() { during <- os.WriteFile(filepath.Join(target, "during"), []byte("during"), 0o644) }()
+		select {
+		case err := <-during:
+			finishedInCut = true
+			during <- err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	d := faultyLoopfileDaemon(t, ctl, hook, 30*time.Second)
+	ctx := callCtx(t)
+	v := newLoopVolume(t, d, "moment-b", false)
+	if err := v.stage(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.publish(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	target = v.target
+	if err := os.WriteFile(filepath.Join(target, "before"), []byte("before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := d.controller().CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "moment", SourceVolumeId: v.vol.GetVolumeId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if finishedInCut {
+		t.Error("a write the workload started during the cut finished within it: the filesystem was not frozen")
+	}
+	select {
+	case err := <-during:
+		if err != nil {
+			t.Fatalf("the write started during the cut: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the write started during the cut did not finish after it: the filesystem stayed frozen")
+	}
+	got := restoreFiles(t, d, resp.GetSnapshot(), "moment-r", "before", "during")
+	if got["before"] != "before" {
+		t.Errorf("the snapshot holds %q for the file written (not synced) before the call, want %q", got["before"], "before")
+	}
+	if s, ok := got["during"]; ok {
+		t.Errorf("the snapshot holds the file written during the cut (%q): it is not one moment", s)
+	}
+}
+
+// TestSnapshotPauseDeadline: a cut that outlasts freeze_timeout resumes
+// the writes on time, fails DEADLINE_EXCEEDED, and leaves no snapshot, in
+// the records or in the pool.
+func TestSnapshotPauseDeadline(t *testing.T) {
+	ctl := t.TempDir()
+	const freeze = time.Second
+	d := faultyLoopfileDaemon(t, ctl, nil, freeze)
+	ctx := callCtx(t)
+	v := newLoopVolume(t, d, "late-b", false)
+	if err := v.stage(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.publish(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	hang := filepath.Join(ctl, "hang")
+	touch(t, hang)
+	t.Cleanup(func() { os.Remove(hang) })
+	errc := make(chan error, 1)
+	go func() {
+		_, err := d.controller().CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "late", SourceVolumeId: v.vol.GetVolumeId()})
+		errc <- err
+	}()
+	// The writes stall while frozen, and go on once the hold runs out,
+	// with the copy still hung.
+	start := time.Now()
+	wrote := make(chan error, 1)
+	time.Sleep(300 * time.Millisecond)
+	go func() { wrote <- os.WriteFile(filepath.Join(v.target, "w"), []byte("w"), 0o644) }()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(freeze + 15*time.Second):
+		t.Fatal("the writes did not resume after the freeze timeout")
+	}
+	resumed := time.Since(start)
+	select {
+	case err := <-errc:
+		t.Fatalf("the call returned (%v) before the hung copy", err)
+	default:
+	}
+	if err := os.Remove(hang); err != nil {
+		t.Fatal(err)
+	}
+	err := <-errc
+	wantCode(t, err, codes.DeadlineExceeded)
+	t.Logf("writes resumed after %s; the call failed: %v", resumed.Round(time.Millisecond), err)
+	if n := snapshotsOf(t, d, v); n != 0 {
+		t.Errorf("%d snapshots of %s are recorded after the hold ran out", n, v.vol.GetVolumeId())
+	}
+	snaps, err := filepath.Glob(filepath.Join(filepath.Dir(v.file), "*.snap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snaps) != 0 {
+		t.Errorf("the pool keeps the cut the hold did not cover: %v", snaps)
+	}
+}
+
+// restoreFiles restores sn into a new mount volume named name and returns
+// the content of each of files found in it.
+func restoreFiles(t *testing.T, d *daemon, sn *csi.Snapshot, name string, files ...string) map[string]string {
+	t.Helper()
+	ctx := callCtx(t)
+	head, _, _ := strings.Cut(sn.GetSnapshotId(), ":")
+	backend, _, _ := strings.Cut(head, "@")
+	vol := createVolume(t, d, &csi.CreateVolumeRequest{
+		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: loopfileVolumeBytes},
+		Parameters:          map[string]string{backendParam: backend},
+		VolumeCapabilities:  []*csi.VolumeCapability{loopCapability(false)},
+		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: sn.GetSnapshotId()}}},
+	})
+	w := workDir(t)
+	v := &loopVolume{vol: vol, file: vol.GetVolumeContext()["path"], staging: stagingPath(w, name), target: targetPath(w, name)}
+	if err := v.stage(ctx, d); err != nil {
+		t.Fatalf("stage restore %s: %v", name, err)
+	}
+	if err := v.publish(ctx, d); err != nil {
+		t.Fatalf("publish restore %s: %v", name, err)
+	}
+	out := map[string]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(v.target, f))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		out[f] = string(b)
+	}
+	if err := v.unpublishAt(ctx, d, v.target); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.unstage(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol.GetVolumeId()}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
