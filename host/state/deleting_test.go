@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/abi"
@@ -417,5 +418,60 @@ func testDeletingIndexRebuiltOnUpgrade[T any](t *testing.T, k markedKind[T]) {
 	})
 	if got := k.indexed(t, s); !slices.Equal(got, want) {
 		t.Errorf("after a second Open %s holds %v, want %v", k.index, got, want)
+	}
+}
+
+// An upgrade that rebuilds the indexes meets a record it cannot decode:
+// Open still succeeds, the index holds the other records, and reading the
+// broken one answers DATA_LOSS naming it. Before, that one record kept the
+// daemon from starting at all.
+func TestUpgradeWithCorruptRecord(t *testing.T) {
+	t.Run("volumes", func(t *testing.T) { testUpgradeWithCorruptRecord(t, markedVolumes) })
+	t.Run("snapshots", func(t *testing.T) { testUpgradeWithCorruptRecord(t, markedSnapshots) })
+}
+
+func testUpgradeWithCorruptRecord[T any](t *testing.T, k markedKind[T]) {
+	s := openStore(t)
+	p := k.prefix
+	k.fill(t, s, 3, p+"1", p+"2")
+	s = reopen(t, s, func(tx *bolt.Tx) error {
+		if err := tx.Bucket(k.records).Put([]byte(p+"1"), []byte{0xff, 0xff, 0xff}); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketMeta).Put(keySchema, binary.AppendUvarint(nil, 2))
+	})
+	if got, want := k.indexed(t, s), []string{p + "2"}; !slices.Equal(got, want) {
+		t.Errorf("%s holds %v, want %v", k.index, got, want)
+	}
+	_, err := k.get(s, p+"1")
+	var ae *abi.Error
+	if !errors.As(err, &ae) || ae.Code != abi.DataLoss || !strings.Contains(ae.Message, p+"1") {
+		t.Errorf("reading the broken record: %v, want DATA_LOSS naming %s", err, p+"1")
+	}
+	if _, err := k.get(s, p+"0"); err != nil {
+		t.Errorf("reading an intact record: %v", err)
+	}
+}
+
+// The same for the ephemeral volumes' index.
+func TestEphemeralIndexSkipsCorruptRecord(t *testing.T) {
+	s := openStore(t)
+	for _, id := range []string{"csi-a", "csi-b"} {
+		if err := s.PutEphemeral(Ephemeral{COVolumeID: id, VolumeID: "vol-" + id, Backend: "dir"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = reopen(t, s, func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketEphemeral).Put([]byte("csi-a"), []byte{0xff, 0xff}); err != nil {
+			return err
+		}
+		return tx.DeleteBucket(bucketEphemeralVolumes)
+	})
+	if _, err := s.GetEphemeral("csi-b"); err != nil {
+		t.Errorf("the intact record: %v", err)
+	}
+	var ae *abi.Error
+	if _, err := s.GetEphemeral("csi-a"); !errors.As(err, &ae) || ae.Code != abi.DataLoss {
+		t.Errorf("the broken record: %v, want DATA_LOSS", err)
 	}
 }

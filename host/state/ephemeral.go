@@ -123,10 +123,9 @@ func indexEphemeralVolumes(tx *bolt.Tx) error {
 	idx := tx.Bucket(bucketEphemeralVolumes)
 	return tx.Bucket(bucketEphemeral).ForEach(func(k, b []byte) error {
 		e, err := decode[Ephemeral](b)
-		if err != nil {
-			return corrupt("ephemeral", string(k), err)
-		}
-		if e.VolumeID == "" {
+		if err != nil || e.VolumeID == "" {
+			// A record it cannot decode stays out of the index (as in
+			// fillHidden): reading it answers DATA_LOSS.
 			return nil
 		}
 		return idx.Put([]byte(e.VolumeID), k)

@@ -222,12 +222,16 @@ func (t *table[T, P]) allHidden(s *Store) ([]T, error) {
 // fillHidden fills the hidden index from the records: once, when Open
 // finds a file written before the index, whose hidden records only their
 // records say are hidden.
+//
+// A record it cannot decode is left out of the index, not a reason to
+// refuse the whole file: every call that reads it answers DATA_LOSS
+// naming it, and the daemon serves every other volume.
 func (t *table[T, P]) fillHidden(tx *bolt.Tx) error {
 	idx := tx.Bucket(t.hiddenIndex)
 	return tx.Bucket(t.bucket).ForEach(func(k, b []byte) error {
 		v, err := t.decodeAt(string(k), b)
 		if err != nil || !t.hidden(&v) {
-			return err
+			return nil
 		}
 		return idx.Put(k, []byte{})
 	})
