@@ -197,8 +197,10 @@ func (r *Runtime) load(ctx context.Context, name string, data []byte, digest str
 	// A table's entries live on the Go heap, outside the memory limit:
 	// bound them, metered or not.
 	data, err := meter.LimitTables(data, MaxTableEntries)
-	if err != nil {
+	if errors.Is(err, meter.ErrTables) {
 		return nil, fmt.Errorf("module %q: %w", name, err)
+	} else if err != nil {
+		return nil, fmt.Errorf("module %q: its tables cannot be bounded, so it is not loaded: %w", name, err)
 	}
 	rc := wazero.NewRuntimeConfig().
 		WithCloseOnContextDone(metered == nil).

@@ -55,8 +55,11 @@ const MaxModuleSize = 64 << 20
 // MaxTableEntries bounds the entries of all tables of one instance
 // together: 8 MiB of Go heap, which wazero keeps outside the linear memory
 // and its limits. A module whose tables declare more at least is refused;
-// table.grow past the bound fails (meter.LimitTables). Modules the SDK
-// builds declare one table of about 6,000 entries and never grow it.
+// table.grow past the bound fails (meter.LimitTables). It also bounds a
+// module's element segments (segments and entries together) and its
+// globals, of which wazero keeps a structure each per instance. Modules
+// the SDK builds declare one table of about 6,000 entries, never grow it,
+// and have fewer elements and globals.
 const MaxTableEntries = 1 << 20
 
 // Limits bound what one module may use. A zero field means the default

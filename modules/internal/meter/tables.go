@@ -12,7 +12,10 @@ var ErrTables = errors.New("tables too large")
 
 // LimitTables returns wasm with a maximum on every table it defines, so
 // that its tables together never hold more than max entries, or an error
-// wrapping ErrTables when their declared minimums already need more.
+// wrapping ErrTables when their declared minimums already need more, or
+// when its element segments (segments and entries counted together) or its
+// globals number more than max: wazero keeps a structure for each of those
+// too in every instance, outside the memory limit.
 //
 // wazero keeps a table's entries on the Go heap, outside the memory limit
 // of the instance, and grows a table without a declared maximum up to
@@ -31,8 +34,22 @@ func LimitTables(wasm []byte, max uint64) ([]byte, error) {
 	}
 	at := -1
 	for i, s := range secs {
-		if s.id == secTable {
+		switch s.id {
+		case secTable:
 			at = i
+		case secElement:
+			n, err := elementEntries(s.body)
+			if err != nil {
+				return nil, err
+			}
+			if n > max {
+				return nil, fmt.Errorf("%w: the module's element segments hold %d entries and segments, the limit is %d", ErrTables, n, max)
+			}
+		case secGlobal:
+			r := &reader{b: s.body}
+			if n := r.u32(); r.err == nil && uint64(n) > max {
+				return nil, fmt.Errorf("%w: the module declares %d globals, the limit is %d", ErrTables, n, max)
+			}
 		}
 	}
 	if at < 0 {
@@ -84,9 +101,10 @@ func limitTables(body []byte, budget uint64) ([]byte, error) {
 		t.head = r.b[start:r.off]
 		switch flags := r.byte(); flags {
 		case 0x00:
-			t.min = r.u64(5)
+			t.min = uint64(r.u32())
 		case 0x01:
-			t.min, t.max, t.hasMax = r.u64(5), r.u64(5), true
+			t.min, t.hasMax = uint64(r.u32()), true
+			t.max = uint64(r.u32())
 		default:
 			r.fail("table %d: limits flags %#x", i, flags)
 		}
@@ -136,6 +154,51 @@ func limitTables(body []byte, budget uint64) ([]byte, error) {
 		out = append(out, t.init...)
 	}
 	return out, nil
+}
+
+// elementEntries counts the segments of an element section and the entries
+// they hold: wazero keeps a structure per entry at compile time and again in
+// every instance, on the Go heap, however few of them fit any table.
+func elementEntries(body []byte) (uint64, error) {
+	r := &reader{b: body}
+	n := r.u32()
+	total := uint64(n)
+	for i := uint32(0); i < n && r.err == nil; i++ {
+		flags := r.u32()
+		if flags > 7 {
+			r.fail("element segment %d: flags %d", i, flags)
+			break
+		}
+		if flags&3 == 2 { // active with a table index
+			r.u32()
+		}
+		if flags&1 == 0 { // active: the offset
+			constExpr(r)
+		}
+		if flags&3 != 0 { // not the short active form: the kind or type
+			if flags&4 == 0 {
+				r.byte() // elemkind
+			} else {
+				r.refType()
+			}
+		}
+		m := r.u32()
+		total += uint64(m)
+		for j := uint32(0); j < m && r.err == nil; j++ {
+			if flags&4 == 0 {
+				r.u32() // a function index
+			} else {
+				constExpr(r)
+			}
+		}
+	}
+	if r.err == nil && r.off != len(r.b) {
+		r.fail("trailing bytes")
+	}
+	if r.err != nil {
+		return 0, unsupported("element section: %v", r.err)
+	}
+	return total, nil
 }
 
 // constExpr skips a constant expression up to its end: the instructions
