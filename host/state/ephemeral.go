@@ -5,6 +5,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/wasmcsi/wasmcsi/abi/wire"
 )
 
 // Ephemeral is a CSI ephemeral inline volume on this node, keyed by the
@@ -118,17 +120,52 @@ func (s *Store) EphemeralByVolumeID(volumeID string) (Ephemeral, error) {
 	return e, nil
 }
 
+// readableString returns the last occurrence of string field f that the
+// bytes of a damaged record hold before the damage.
+func readableString(b []byte, f int) (v string, ok bool) {
+	d := wire.NewDecoder(b)
+	for !d.Done() {
+		g, t, err := d.Next()
+		if err != nil {
+			break
+		}
+		if g != f {
+			if d.Skip(g, t) != nil {
+				break
+			}
+			continue
+		}
+		s, err := d.String(t)
+		if err != nil {
+			break
+		}
+		v, ok = s, true
+	}
+	return v, ok
+}
+
+// ephemeralVolumeIDField is Ephemeral.VolumeID's field number.
+const ephemeralVolumeIDField = 11
+
 // indexEphemeralVolumes fills ephemeral_volumes from the ephemeral records.
+// A record the full decode refuses is indexed by its volume ID when that
+// field alone reads, so that the ID never passes for a free one.
 func indexEphemeralVolumes(tx *bolt.Tx) error {
 	idx := tx.Bucket(bucketEphemeralVolumes)
 	return tx.Bucket(bucketEphemeral).ForEach(func(k, b []byte) error {
-		e, err := decode[Ephemeral](b)
-		if err != nil || e.VolumeID == "" {
-			// A record it cannot decode stays out of the index (as in
-			// fillHidden): reading it answers DATA_LOSS.
+		id := ""
+		if e, err := decode[Ephemeral](b); err == nil {
+			id = e.VolumeID
+		} else if id, _ = readableString(b, ephemeralVolumeIDField); id == "" {
+			// Not even its volume ID reads: no index entry can be made,
+			// and refusing the whole file would stop every volume.
+			// Reading the record answers DATA_LOSS.
 			return nil
 		}
-		return idx.Put([]byte(e.VolumeID), k)
+		if id == "" {
+			return nil
+		}
+		return idx.Put([]byte(id), k)
 	})
 }
 

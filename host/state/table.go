@@ -223,14 +223,16 @@ func (t *table[T, P]) allHidden(s *Store) ([]T, error) {
 // finds a file written before the index, whose hidden records only their
 // records say are hidden.
 //
-// A record it cannot decode is left out of the index, not a reason to
-// refuse the whole file: every call that reads it answers DATA_LOSS
-// naming it, and the daemon serves every other volume.
+// A record it cannot decode is no reason to refuse the whole file: it is
+// indexed as hidden, since it may be a deletion in progress, and every
+// call that reads it answers DATA_LOSS naming it, as start-up's look at the
+// hidden records then does (which holds back the logged creates, as for
+// a hidden record that breaks later); every other record is served.
 func (t *table[T, P]) fillHidden(tx *bolt.Tx) error {
 	idx := tx.Bucket(t.hiddenIndex)
 	return tx.Bucket(t.bucket).ForEach(func(k, b []byte) error {
 		v, err := t.decodeAt(string(k), b)
-		if err != nil || !t.hidden(&v) {
+		if err == nil && !t.hidden(&v) {
 			return nil
 		}
 		return idx.Put(k, []byte{})
