@@ -52,6 +52,9 @@ type Server struct {
 	log      *slog.Logger
 	store    *state.Store
 	journals *quiesce.Journals
+	// snapJournals are the journals of snapshots of their own cut with
+	// their source's writes paused (snapshots.go), keyed by snapshot name.
+	snapJournals *quiesce.Journals
 	rt       *modules.Runtime
 	locks    *keylock.Locks
 	infos    infoCache
@@ -119,6 +122,14 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 			log.Error("resume writes paused by an interrupted group snapshot", "err", err, "resumed", n)
 		}
 		s.journals = j
+		sj, err := quiesce.OpenJournals(filepath.Join(cfg.StateDir, "quiesce-snapshots"), log)
+		if err != nil {
+			return nil, err
+		}
+		if n, err := sj.Recover(ctx); err != nil {
+			log.Error("resume writes paused by an interrupted snapshot", "err", err, "resumed", n)
+		}
+		s.snapJournals = sj
 	}
 
 	calls := opt.HostCalls
@@ -170,6 +181,7 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 	s.Reload(ctx)
 	if s.journals != nil && cfg.Role != config.RoleNode {
 		s.undoInterruptedGroups(ctx)
+		s.undoInterruptedSnapshots(ctx)
 		s.finishInterrupted(ctx)
 	}
 	return s, nil

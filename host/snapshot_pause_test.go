@@ -10,6 +10,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+
+	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
 )
 
 // TestSnapshotOfVolumeInUseHoldsOneMoment: a snapshot of its own of a
@@ -172,4 +174,103 @@ func restoreFiles(t *testing.T, d *daemon, sn *csi.Snapshot, name string, files 
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestSnapshotCleanupRetried: when the cut that outlasted its pause cannot
+// be removed, the call fails UNAVAILABLE and the snapshot's journal stays;
+// the next start removes the cut (a retry of the same name could otherwise
+// adopt it), and the retry then cuts anew.
+func TestSnapshotCleanupRetried(t *testing.T) {
+	ctl := t.TempDir()
+	const freeze = time.Second
+	d := faultyLoopfileDaemon(t, ctl, nil, freeze)
+	ctx := callCtx(t)
+	v := newLoopVolume(t, d, "again-b", false)
+	if err := v.stage(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.publish(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	hang, failRemove := filepath.Join(ctl, "hang"), filepath.Join(ctl, "failremove")
+	touch(t, hang)
+	touch(t, failRemove)
+	t.Cleanup(func() { os.Remove(hang); os.Remove(failRemove) })
+	req := &csi.CreateSnapshotRequest{Name: "again-a-1", SourceVolumeId: v.vol.GetVolumeId()}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := d.controller().CreateSnapshot(callCtx(t), req)
+		errc <- err
+	}()
+	time.Sleep(freeze + 500*time.Millisecond)
+	if err := os.Remove(hang); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, <-errc, codes.Unavailable)
+	snapFiles := func() []string {
+		t.Helper()
+		files, err := filepath.Glob(filepath.Join(filepath.Dir(v.file), "*.snap"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return files
+	}
+	journalDir := filepath.Join(d.cfg.StateDir, "quiesce-snapshots")
+	journals := func() []os.DirEntry {
+		t.Helper()
+		entries, err := os.ReadDir(journalDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return entries
+	}
+	if len(snapFiles()) == 0 || len(journals()) != 1 {
+		t.Fatalf("after a failed removal: snapshot files %v and %d journals, want the cut and its journal", snapFiles(), len(journals()))
+	}
+	if err := os.Remove(failRemove); err != nil {
+		t.Fatal(err)
+	}
+	d.restart(t)
+	if files, j := snapFiles(), journals(); len(files) != 0 || len(j) != 0 {
+		t.Fatalf("after a restart: snapshot files %v and %d journals, want none", files, len(j))
+	}
+	if n := snapshotsOf(t, d, v); n != 0 {
+		t.Fatalf("%d snapshots recorded", n)
+	}
+	resp, err := d.controller().CreateSnapshot(callCtx(t), req)
+	if err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	if !resp.GetSnapshot().GetReadyToUse() || len(snapFiles()) != 1 || len(journals()) != 0 {
+		t.Fatalf("the retry: ready %v, snapshot files %v, %d journals", resp.GetSnapshot().GetReadyToUse(), snapFiles(), len(journals()))
+	}
+}
+
+// TestSnapshotOfFrozenSource: a source whose filesystem someone else froze
+// already (a backup tool's pre-hook) is cut as it is, still frozen: the
+// call succeeds and leaves the thaw to whoever froze it.
+func TestSnapshotOfFrozenSource(t *testing.T) {
+	d := faultyLoopfileDaemon(t, t.TempDir(), nil, 30*time.Second)
+	ctx := callCtx(t)
+	v := newLoopVolume(t, d, "frozen", false)
+	if err := v.stage(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Freeze(v.staging, 0); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	t.Cleanup(func() {
+		if !thawed {
+			fs.Thaw(v.staging, 0)
+		}
+	})
+	if _, err := d.controller().CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "frozen-1", SourceVolumeId: v.vol.GetVolumeId()}); err != nil {
+		t.Fatal(err)
+	}
+	was, err := fs.Thaw(v.staging, 0)
+	thawed = err == nil
+	if err != nil || !was {
+		t.Fatalf("the filesystem after the snapshot: frozen %v, %v; want still frozen by its owner", was, err)
+	}
 }

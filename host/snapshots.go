@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -44,6 +45,11 @@ func (s *Server) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequ
 		return nil, err
 	}
 	defer unlock()
+	// What an attempt the daemon died in (or could not clean up after)
+	// cut while its pause was not sure goes first.
+	if err := s.undoDeadSnapshot(ctx, name, src); err != nil {
+		return nil, err
+	}
 	mreq := abi.CreateSnapshotRequest{
 		Name: name, Parameters: req.GetParameters(),
 		Requisite: topologiesFromCSI(req.GetAccessibilityRequirements().GetRequisite()),
@@ -91,7 +97,8 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 	var resp abi.CreateSnapshotResponse
 	mreq.Source = volumeRef(&v)
 	// A group's members are paused by the group (groupcontroller.go).
-	if err := s.cutSnapshot(ctx, b, &v, &mreq, &resp, group == ""); err != nil {
+	journaled, err := s.cutSnapshot(ctx, b, &v, &mreq, &resp, group == "")
+	if err != nil {
 		return nil, err
 	}
 	tag := s.tagFor(b)
@@ -134,6 +141,11 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 	} else if err != nil {
 		return nil, fmt.Errorf("record snapshot %s: %w", sn.ID, err)
 	}
+	if journaled {
+		if err := s.snapJournals.Remove(name); err != nil {
+			s.log.Warn("snapshot recorded, its journal stays", "snapshot", name, "err", err)
+		}
+	}
 	return &sn, nil
 }
 
@@ -146,25 +158,41 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 // the other while the workload writes. A device-mapper device is left to
 // the backend (dm thin suspends the origin for its snapshot itself); a
 // raw block volume or a directory has no pause (RATIONALE.md, "Snapshots
-// of volumes in use"). A hold that ends before the cut does (its deadline)
-// fails the call, and what the backend cut is removed.
-func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, mreq *abi.CreateSnapshotRequest, resp *abi.CreateSnapshotResponse, pause bool) error {
-	var targets []quiesce.Target
-	if pause {
-		t, err := s.snapshotPause(ctx, v)
-		if err != nil {
-			return err
-		}
-		if t != nil {
-			targets = append(targets, *t)
+// of volumes in use").
+//
+// The pause is journaled first (snapJournals, by snapshot name), so that
+// a start after a crash resumes it and the next attempt removes what the
+// dead one cut; journaled reports that the journal stays until the caller
+// has recorded the snapshot. A hold that ends before the cut does (its
+// deadline, or someone's thaw) fails the call, and what the backend may
+// have cut is removed, found by name, so that a retry cannot adopt it; if
+// that removal fails the journal stays and the next attempt tries again.
+// A filesystem that cannot be frozen here (already frozen by someone
+// else, as a backup tool's pre-hook does, or of a kind without freeze) is
+// cut as it is.
+func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, mreq *abi.CreateSnapshotRequest, resp *abi.CreateSnapshotResponse, pause bool) (journaled bool, err error) {
+	var target *quiesce.Target
+	if pause && s.snapJournals != nil {
+		if target, err = s.snapshotPause(ctx, v); err != nil {
+			return false, err
 		}
 	}
-	if len(targets) == 0 {
-		return b.call(ctx, abi.OpCreateSnapshot, mreq, resp)
+	if target == nil {
+		return false, b.call(ctx, abi.OpCreateSnapshot, mreq, resp)
+	}
+	name := mreq.Name
+	targets := []quiesce.Target{*target}
+	if err := s.snapJournals.Write(quiesce.Journal{Group: name, Sources: []string{v.ID}, Parameters: mreq.Parameters, Targets: targets}); err != nil {
+		return false, err
 	}
 	hold, err := quiesce.Pause(ctx, targets, s.cfg.GroupSnapshot.FreezeTimeout, s.log)
 	if err != nil {
-		return err
+		s.dropSnapJournal(name)
+		if abi.CodeOf(err) != abi.FailedPrecondition {
+			return false, err
+		}
+		s.log.Warn("snapshot cut without pausing its source's writes", "volume", v.ID, "snapshot", name, "err", err)
+		return false, b.call(ctx, abi.OpCreateSnapshot, mreq, resp)
 	}
 	defer hold.Thaw() // a panic too
 	cctx := ctx
@@ -174,25 +202,110 @@ func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, m
 		defer cancel()
 	}
 	err = b.call(cctx, abi.OpCreateSnapshot, mreq, resp)
-	var rerr *abi.Error
-	if errors.As(hold.Release(), &rerr) {
-		switch {
-		case err == nil:
-			// Cut, but not all of it while the writes were paused.
-			sn := state.Snapshot{LocalID: resp.LocalID, Context: resp.Context, SizeBytes: resp.SizeBytes}
-			dreq := abi.DeleteSnapshotRequest{Snapshot: snapshotRef(&sn, v)}
-			if derr := b.call(context.WithoutCancel(ctx), abi.OpDeleteSnapshot, &dreq, &abi.Empty{}); derr != nil {
-				s.log.Error("remove a snapshot cut after its pause ended", "volume", v.ID, "snapshot", mreq.Name, "err", derr)
-			}
-			err = rerr
-		case rerr.Code == abi.DeadlineExceeded:
-			err = abi.Errorf(rerr.Code, "%s; the snapshot: %s", rerr.Message, status.Convert(toStatus(err)).Message())
+	herr := hold.Release()
+	guard, pausing, held := hold.Timing()
+	s.log.Info("snapshot paused writes", "volume", v.ID, "snapshot", name, "target", target.String(),
+		"guardian_start", guard, "pausing", pausing, "held", held, "ok", err == nil && herr == nil)
+	if herr == nil {
+		if err != nil {
+			// Whatever the backend left was made while paused.
+			s.dropSnapJournal(name)
+			return false, err
+		}
+		return true, nil
+	}
+	// Not all of the cut (if any) happened while the writes were paused.
+	msg := herr.Error()
+	if rerr := (*abi.Error)(nil); errors.As(herr, &rerr) {
+		msg = rerr.Message
+	}
+	if err != nil {
+		msg += "; the snapshot: " + status.Convert(toStatus(err)).Message()
+	}
+	if abi.CodeOf(herr) == abi.DeadlineExceeded {
+		msg += "; a volume in use whose snapshot is a copy needs a pool with reflinks (xfs, btrfs), a longer group_snapshot.freeze_timeout, or its workload stopped"
+	}
+	if derr := s.dropUnrecorded(context.WithoutCancel(ctx), v.ID, name, mreq.Parameters); derr != nil {
+		s.log.Error("remove a snapshot cut while its source's writes were not paused; the next attempt tries again", "volume", v.ID, "snapshot", name, "err", derr)
+		return false, abi.Errorf(abi.Unavailable, "%s; what was cut could not be removed yet (%v): the next attempt removes it first", msg, derr)
+	}
+	s.dropSnapJournal(name)
+	return false, abi.Errorf(abi.CodeOf(herr), "%s", msg)
+}
+
+func (s *Server) dropSnapJournal(name string) {
+	if err := s.snapJournals.Remove(name); err != nil {
+		s.log.Warn("remove snapshot journal", "snapshot", name, "err", err)
+	}
+}
+
+// undoDeadSnapshot undoes what an attempt of snapshot name left when the
+// daemon died during it or could not clean up after it (its journal is
+// still there): its pause is resumed, and unless the snapshot was
+// recorded, what the backend may have cut is removed. The caller holds
+// the name lock and the locks of the volumes held names; the dead
+// attempt's other source, if any, is locked here.
+func (s *Server) undoDeadSnapshot(ctx context.Context, name string, held ...string) error {
+	if s.snapJournals == nil {
+		return nil
+	}
+	j, ok, err := s.snapJournals.Read(name)
+	if err != nil || !ok {
+		return err
+	}
+	if _, err := quiesce.ResumeAll(context.WithoutCancel(ctx), j.Targets); err != nil {
+		return fmt.Errorf("snapshot %q: an interrupted attempt left writes paused: %w", name, err)
+	}
+	if _, err := s.store.SnapshotByName(name); err == nil {
+		return s.snapJournals.Remove(name) // recorded; only the journal's removal was lost
+	} else if !errors.Is(err, state.ErrNotFound) {
+		return err
+	}
+	var extra []string
+	for _, src := range j.Sources {
+		if !slices.Contains(held, src) {
+			extra = append(extra, volKey(src))
 		}
 	}
-	guard, pausing, held := hold.Timing()
-	s.log.Info("snapshot paused writes", "volume", v.ID, "snapshot", mreq.Name, "target", targets[0].String(),
-		"guardian_start", guard, "pausing", pausing, "held", held, "ok", err == nil)
-	return err
+	if len(extra) > 0 {
+		unlock, err := s.lock(extra...)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
+	for _, src := range j.Sources {
+		if err := s.dropUnrecorded(ctx, src, name, j.Parameters); err != nil {
+			return fmt.Errorf("snapshot %q: remove what an interrupted attempt cut: %w", name, err)
+		}
+	}
+	return s.snapJournals.Remove(name)
+}
+
+// undoInterruptedSnapshots undoes, at start-up, every snapshot attempt
+// the daemon died in while it paused the source's writes.
+func (s *Server) undoInterruptedSnapshots(ctx context.Context) {
+	if s.snapJournals == nil {
+		return
+	}
+	js, err := s.snapJournals.All()
+	if err != nil {
+		s.log.Error("read snapshot journals", "err", err)
+	}
+	for _, j := range js {
+		keys := []string{snameKey(j.Group)}
+		for _, v := range j.Sources {
+			keys = append(keys, volKey(v))
+		}
+		unlock, err := s.lock(keys...)
+		if err != nil {
+			continue
+		}
+		if err := s.undoDeadSnapshot(ctx, j.Group, j.Sources...); err != nil {
+			s.log.Error("undo an interrupted snapshot attempt; the next attempt of the snapshot tries again", "snapshot", j.Group, "err", err)
+		}
+		unlock()
+	}
 }
 
 // snapshotPause is what pauses the writes to v for a snapshot of its own:
