@@ -281,8 +281,23 @@ func (s *Server) dropUnrecorded(ctx context.Context, id, name string, params map
 	if err := b.call(ctx, abi.OpCreateSnapshot, &abi.CreateSnapshotRequest{Name: name, Source: volumeRef(&v), Parameters: params}, &resp); err != nil {
 		return err
 	}
+	return s.dropCut(ctx, b, &v, name, &resp)
+}
+
+// dropCut deletes the snapshot a create_snapshot of name answered, unless
+// its ID is recorded (under any spelling): then it is another snapshot's
+// storage, which a backend answered for this name too, and stays.
+func (s *Server) dropCut(ctx context.Context, b *backend, v *state.Volume, name string, resp *abi.CreateSnapshotResponse) error {
+	for _, id := range s.idSpellings(b.name, resp.LocalID) {
+		if old, err := s.store.GetSnapshot(id); err == nil {
+			s.log.Warn("an unrecorded snapshot's storage is recorded for another snapshot; kept", "snapshot", name, "recorded", old.Name, "id", id)
+			return nil
+		} else if !errors.Is(err, state.ErrNotFound) {
+			return err
+		}
+	}
 	sn := state.Snapshot{LocalID: resp.LocalID, Context: resp.Context, SizeBytes: resp.SizeBytes}
-	return b.call(ctx, abi.OpDeleteSnapshot, &abi.DeleteSnapshotRequest{Snapshot: snapshotRef(&sn, &v)}, &abi.Empty{})
+	return b.call(ctx, abi.OpDeleteSnapshot, &abi.DeleteSnapshotRequest{Snapshot: snapshotRef(&sn, v)}, &abi.Empty{})
 }
 
 func (s *Server) groupResponse(g *state.Group) (*csi.CreateVolumeGroupSnapshotResponse, error) {

@@ -101,6 +101,11 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 	if err != nil {
 		return nil, err
 	}
+	if journaled {
+		// Cut whole while paused: recorded or not below, nothing of it
+		// needs undoing, and a retry may adopt it.
+		defer s.dropSnapJournal(name)
+	}
 	tag := s.tagFor(b)
 	if err := checkLocalID(b.name, tag, "snapshot", resp.LocalID); err != nil {
 		return nil, err
@@ -140,11 +145,6 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 		})
 	} else if err != nil {
 		return nil, fmt.Errorf("record snapshot %s: %w", sn.ID, err)
-	}
-	if journaled {
-		if err := s.snapJournals.Remove(name); err != nil {
-			s.log.Warn("snapshot recorded, its journal stays", "snapshot", name, "err", err)
-		}
 	}
 	return &sn, nil
 }
@@ -187,9 +187,10 @@ func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, m
 	}
 	hold, err := quiesce.Pause(ctx, targets, s.cfg.GroupSnapshot.FreezeTimeout, s.log)
 	if err != nil {
+		// Pause resumed whatever it had paused before it failed.
 		s.dropSnapJournal(name)
 		if abi.CodeOf(err) != abi.FailedPrecondition {
-			return false, err
+			return false, abi.Errorf(abi.Unavailable, "snapshot %q: pause the writes of volume %q: %v", name, v.ID, err)
 		}
 		s.log.Warn("snapshot cut without pausing its source's writes", "volume", v.ID, "snapshot", name, "err", err)
 		return false, b.call(ctx, abi.OpCreateSnapshot, mreq, resp)
@@ -206,6 +207,11 @@ func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, m
 	guard, pausing, held := hold.Timing()
 	s.log.Info("snapshot paused writes", "volume", v.ID, "snapshot", name, "target", target.String(),
 		"guardian_start", guard, "pausing", pausing, "held", held, "ok", err == nil && herr == nil)
+	if !hold.Resumed() {
+		// A thaw failed (the guardian tries once more): the journal keeps
+		// the target for the next attempt and the next start to resume.
+		return false, abi.Errorf(abi.Unavailable, "snapshot %q: the writes of volume %q could not be resumed after the cut: %v", name, v.ID, herr)
+	}
 	if herr == nil {
 		if err != nil {
 			// Whatever the backend left was made while paused.
@@ -215,6 +221,12 @@ func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, m
 		return true, nil
 	}
 	// Not all of the cut (if any) happened while the writes were paused.
+	// The journal now only says that something may need removing: its
+	// target is resumed, and resuming it again later could end someone
+	// else's freeze.
+	if werr := s.snapJournals.Write(quiesce.Journal{Group: name, Sources: []string{v.ID}, Parameters: mreq.Parameters}); werr != nil {
+		s.log.Warn("rewrite snapshot journal without its resumed target", "snapshot", name, "err", werr)
+	}
 	msg := herr.Error()
 	if rerr := (*abi.Error)(nil); errors.As(herr, &rerr) {
 		msg = rerr.Message
@@ -225,12 +237,36 @@ func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, m
 	if abi.CodeOf(herr) == abi.DeadlineExceeded {
 		msg += "; a volume in use whose snapshot is a copy needs a pool with reflinks (xfs, btrfs), a longer group_snapshot.freeze_timeout, or its workload stopped"
 	}
-	if derr := s.dropUnrecorded(context.WithoutCancel(ctx), v.ID, name, mreq.Parameters); derr != nil {
+	var derr error
+	if err == nil {
+		derr = s.dropCut(context.WithoutCancel(ctx), b, v, name, resp)
+	} else {
+		derr = s.dropUnrecordedBounded(ctx, v.ID, name, mreq.Parameters)
+	}
+	if derr != nil {
 		s.log.Error("remove a snapshot cut while its source's writes were not paused; the next attempt tries again", "volume", v.ID, "snapshot", name, "err", derr)
 		return false, abi.Errorf(abi.Unavailable, "%s; what was cut could not be removed yet (%v): the next attempt removes it first", msg, derr)
 	}
 	s.dropSnapJournal(name)
 	return false, abi.Errorf(abi.CodeOf(herr), "%s", msg)
+}
+
+// dropUnrecordedBounded is dropUnrecorded for a cut whose call failed,
+// which most often left nothing: asking the backend for the snapshot by
+// name then starts a new cut, a whole copy for a backend that copies. A
+// snapshot that exists is answered at once, so the look is bounded by the
+// freeze timeout, and one that takes longer is such a new cut, which the
+// bound stops (a copy is built aside and renamed into place only once
+// whole): nothing was there to remove.
+func (s *Server) dropUnrecordedBounded(ctx context.Context, id, name string, params map[string]string) error {
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.GroupSnapshot.FreezeTimeout)
+	defer cancel()
+	err := s.dropUnrecorded(bctx, id, name, params)
+	if err != nil && bctx.Err() != nil && ctx.Err() == nil {
+		s.log.Info("no snapshot left by the failed cut: asking for it began a new one", "volume", id, "snapshot", name)
+		return nil
+	}
+	return err
 }
 
 func (s *Server) dropSnapJournal(name string) {
@@ -250,16 +286,11 @@ func (s *Server) undoDeadSnapshot(ctx context.Context, name string, held ...stri
 		return nil
 	}
 	j, ok, err := s.snapJournals.Read(name)
-	if err != nil || !ok {
-		return err
+	if err != nil {
+		return abi.Errorf(abi.Unavailable, "snapshot %q: %v", name, err)
 	}
-	if _, err := quiesce.ResumeAll(context.WithoutCancel(ctx), j.Targets); err != nil {
-		return fmt.Errorf("snapshot %q: an interrupted attempt left writes paused: %w", name, err)
-	}
-	if _, err := s.store.SnapshotByName(name); err == nil {
-		return s.snapJournals.Remove(name) // recorded; only the journal's removal was lost
-	} else if !errors.Is(err, state.ErrNotFound) {
-		return err
+	if !ok {
+		return nil
 	}
 	var extra []string
 	for _, src := range j.Sources {
@@ -274,9 +305,17 @@ func (s *Server) undoDeadSnapshot(ctx context.Context, name string, held ...stri
 		}
 		defer unlock()
 	}
+	if _, err := quiesce.ResumeAll(context.WithoutCancel(ctx), j.Targets); err != nil {
+		return abi.Errorf(abi.Unavailable, "snapshot %q: an interrupted attempt left writes paused: %v", name, err)
+	}
+	if _, err := s.store.SnapshotByName(name); err == nil {
+		return s.snapJournals.Remove(name) // recorded; only the journal's removal was lost
+	} else if !errors.Is(err, state.ErrNotFound) {
+		return err
+	}
 	for _, src := range j.Sources {
-		if err := s.dropUnrecorded(ctx, src, name, j.Parameters); err != nil {
-			return fmt.Errorf("snapshot %q: remove what an interrupted attempt cut: %w", name, err)
+		if err := s.dropUnrecordedBounded(ctx, src, name, j.Parameters); err != nil {
+			return abi.Errorf(abi.Unavailable, "snapshot %q: remove what an interrupted attempt cut: %v", name, err)
 		}
 	}
 	return s.snapJournals.Remove(name)
@@ -299,6 +338,7 @@ func (s *Server) undoInterruptedSnapshots(ctx context.Context) {
 		}
 		unlock, err := s.lock(keys...)
 		if err != nil {
+			s.log.Error("undo an interrupted snapshot attempt: busy; the next attempt of the snapshot does it", "snapshot", j.Group, "err", err)
 			continue
 		}
 		if err := s.undoDeadSnapshot(ctx, j.Group, j.Sources...); err != nil {

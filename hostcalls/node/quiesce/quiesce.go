@@ -225,6 +225,10 @@ func (h *Hold) Timing() (guardian, pausing, held time.Duration) {
 	return h.guardTook, h.pauseTook, end.Sub(h.pausedAt)
 }
 
+// Resumed reports whether every resume so far succeeded: false while a
+// target the hold paused may still be paused.
+func (h *Hold) Resumed() bool { return h.resumed() }
+
 // resumed reports whether every resume so far succeeded.
 func (h *Hold) resumed() bool {
 	h.mu.Lock()
