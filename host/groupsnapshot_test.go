@@ -242,7 +242,16 @@ func memberOf(t *testing.T, g *csi.VolumeGroupSnapshot, v *loopVolume) *csi.Snap
 
 // restoreRecords restores snapshot sn as a new volume, mounts it and reads
 // its log; the restored volume is unmounted and deleted again.
-func restoreRecords(t *testing.T, d *daemon, sn *csi.Snapshot, name string) []uint64 {
+func restoreRecords(t *testing.T, d *daemon, sn *csi.Snapshot, name string) (recs []uint64) {
+	t.Helper()
+	withRestored(t, d, sn, name, func(target string) { recs = readRecords(t, filepath.Join(target, "log")) })
+	return recs
+}
+
+// withRestored restores snapshot sn as a new mount volume named name,
+// stages and publishes it, calls read with its target path, and unmounts
+// and deletes it again.
+func withRestored(t *testing.T, d *daemon, sn *csi.Snapshot, name string, read func(target string)) {
 	t.Helper()
 	ctx := callCtx(t)
 	head, _, _ := strings.Cut(sn.GetSnapshotId(), ":")
@@ -261,7 +270,7 @@ func restoreRecords(t *testing.T, d *daemon, sn *csi.Snapshot, name string) []ui
 	if err := v.publish(ctx, d); err != nil {
 		t.Fatalf("publish restore %s: %v", name, err)
 	}
-	recs := readRecords(t, filepath.Join(v.target, "log"))
+	read(v.target)
 	if err := v.unpublishAt(ctx, d, v.target); err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +280,6 @@ func restoreRecords(t *testing.T, d *daemon, sn *csi.Snapshot, name string) []ui
 	if _, err := d.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol.GetVolumeId()}); err != nil {
 		t.Fatal(err)
 	}
-	return recs
 }
 
 // inUse creates two mount volumes, stages and publishes them, and starts

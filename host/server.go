@@ -55,10 +55,10 @@ type Server struct {
 	// snapJournals are the journals of snapshots of their own cut with
 	// their source's writes paused (snapshots.go), keyed by snapshot name.
 	snapJournals *quiesce.Journals
-	rt       *modules.Runtime
-	locks    *keylock.Locks
-	infos    infoCache
-	backends atomic.Pointer[backendSet]
+	rt           *modules.Runtime
+	locks        *keylock.Locks
+	infos        infoCache
+	backends     atomic.Pointer[backendSet]
 	// tag is this node's tag in the IDs it makes (owner.go).
 	tag     nodeTag
 	node    *node.Node

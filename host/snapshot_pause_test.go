@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -137,42 +136,18 @@ func TestSnapshotPauseDeadline(t *testing.T) {
 // the content of each of files found in it.
 func restoreFiles(t *testing.T, d *daemon, sn *csi.Snapshot, name string, files ...string) map[string]string {
 	t.Helper()
-	ctx := callCtx(t)
-	head, _, _ := strings.Cut(sn.GetSnapshotId(), ":")
-	backend, _, _ := strings.Cut(head, "@")
-	vol := createVolume(t, d, &csi.CreateVolumeRequest{
-		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: loopfileVolumeBytes},
-		Parameters:          map[string]string{backendParam: backend},
-		VolumeCapabilities:  []*csi.VolumeCapability{loopCapability(false)},
-		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: sn.GetSnapshotId()}}},
-	})
-	w := workDir(t)
-	v := &loopVolume{vol: vol, file: vol.GetVolumeContext()["path"], staging: stagingPath(w, name), target: targetPath(w, name)}
-	if err := v.stage(ctx, d); err != nil {
-		t.Fatalf("stage restore %s: %v", name, err)
-	}
-	if err := v.publish(ctx, d); err != nil {
-		t.Fatalf("publish restore %s: %v", name, err)
-	}
 	out := map[string]string{}
-	for _, f := range files {
-		b, err := os.ReadFile(filepath.Join(v.target, f))
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		} else if err != nil {
-			t.Fatal(err)
+	withRestored(t, d, sn, name, func(target string) {
+		for _, f := range files {
+			b, err := os.ReadFile(filepath.Join(target, f))
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			out[f] = string(b)
 		}
-		out[f] = string(b)
-	}
-	if err := v.unpublishAt(ctx, d, v.target); err != nil {
-		t.Fatal(err)
-	}
-	if err := v.unstage(ctx, d); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.controller().DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol.GetVolumeId()}); err != nil {
-		t.Fatal(err)
-	}
+	})
 	return out
 }
 
