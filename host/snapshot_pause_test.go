@@ -77,7 +77,8 @@ func TestSnapshotOfVolumeInUseHoldsOneMoment(t *testing.T) {
 func TestSnapshotPauseDeadline(t *testing.T) {
 	ctl := t.TempDir()
 	const freeze = time.Second
-	d := faultyLoopfileDaemon(t, ctl, nil, freeze)
+	cutting := make(chan struct{}, 1)
+	d := faultyLoopfileDaemon(t, ctl, signal(cutting), freeze)
 	ctx := callCtx(t)
 	v := newLoopVolume(t, d, "late-b", false)
 	if err := v.stage(ctx, d); err != nil {
@@ -94,11 +95,11 @@ func TestSnapshotPauseDeadline(t *testing.T) {
 		_, err := d.controller().CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "late", SourceVolumeId: v.vol.GetVolumeId()})
 		errc <- err
 	}()
-	// The writes stall while frozen, and go on once the hold runs out,
-	// with the copy still hung.
+	// The copy begins with the filesystem frozen; a write then stalls,
+	// and goes on once the hold runs out, with the copy still hung.
+	waitSignal(t, cutting, "the cut to begin")
 	start := time.Now()
 	wrote := make(chan error, 1)
-	time.Sleep(300 * time.Millisecond)
 	go func() { wrote <- os.WriteFile(filepath.Join(v.target, "w"), []byte("w"), 0o644) }()
 	select {
 	case err := <-wrote:
@@ -109,6 +110,9 @@ func TestSnapshotPauseDeadline(t *testing.T) {
 		t.Fatal("the writes did not resume after the freeze timeout")
 	}
 	resumed := time.Since(start)
+	if resumed < freeze/4 {
+		t.Errorf("a write during the cut finished after %s: the filesystem was not frozen", resumed)
+	}
 	select {
 	case err := <-errc:
 		t.Fatalf("the call returned (%v) before the hung copy", err)
@@ -158,7 +162,8 @@ func restoreFiles(t *testing.T, d *daemon, sn *csi.Snapshot, name string, files 
 func TestSnapshotCleanupRetried(t *testing.T) {
 	ctl := t.TempDir()
 	const freeze = time.Second
-	d := faultyLoopfileDaemon(t, ctl, nil, freeze)
+	cutting := make(chan struct{}, 1)
+	d := faultyLoopfileDaemon(t, ctl, signal(cutting), freeze)
 	ctx := callCtx(t)
 	v := newLoopVolume(t, d, "again-b", false)
 	if err := v.stage(ctx, d); err != nil {
@@ -177,7 +182,8 @@ func TestSnapshotCleanupRetried(t *testing.T) {
 		_, err := d.controller().CreateSnapshot(callCtx(t), req)
 		errc <- err
 	}()
-	time.Sleep(freeze + 500*time.Millisecond)
+	waitSignal(t, cutting, "the cut to begin")
+	time.Sleep(freeze + 500*time.Millisecond) // past the hold's deadline
 	if err := os.Remove(hang); err != nil {
 		t.Fatal(err)
 	}
@@ -247,5 +253,26 @@ func TestSnapshotOfFrozenSource(t *testing.T) {
 	thawed = err == nil
 	if err != nil || !was {
 		t.Fatalf("the filesystem after the snapshot: frozen %v, %v; want still frozen by its owner", was, err)
+	}
+}
+
+// signal is a faultyClone hook that reports, without waiting, each clone
+// of a "-b-" volume's file beginning: for a paused cut, once the writes
+// are paused.
+func signal(c chan<- struct{}) func() {
+	return func() {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func waitSignal(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("waited a minute for %s", what)
 	}
 }
