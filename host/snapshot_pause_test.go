@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
+	"github.com/wasmcsi/wasmcsi/hostcalls/node/quiesce"
 )
 
 // TestSnapshotOfVolumeInUseHoldsOneMoment: a snapshot of its own of a
@@ -134,6 +136,9 @@ func TestSnapshotPauseDeadline(t *testing.T) {
 	if len(snaps) != 0 {
 		t.Errorf("the pool keeps the cut the hold did not cover: %v", snaps)
 	}
+	if j, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "quiesce-snapshots")); err != nil || len(j) != 0 {
+		t.Errorf("snapshot journals after the failed cut: %v, %v; want none", j, err)
+	}
 }
 
 // restoreFiles restores sn into a new mount volume named name and returns
@@ -155,15 +160,23 @@ func restoreFiles(t *testing.T, d *daemon, sn *csi.Snapshot, name string, files 
 	return out
 }
 
-// TestSnapshotCleanupRetried: when the cut that outlasted its pause cannot
-// be removed, the call fails UNAVAILABLE and the snapshot's journal stays;
-// the next start removes the cut (a retry of the same name could otherwise
-// adopt it), and the retry then cuts anew.
+// TestSnapshotCleanupRetried: a cut whose pause someone else ended while
+// the backend copied is removed; when that removal fails the call answers
+// UNAVAILABLE and the snapshot's journal stays, the next start removes the
+// cut (a retry of the same name would otherwise adopt it), and the retry
+// then cuts anew.
 func TestSnapshotCleanupRetried(t *testing.T) {
 	ctl := t.TempDir()
-	const freeze = time.Second
-	cutting := make(chan struct{}, 1)
-	d := faultyLoopfileDaemon(t, ctl, signal(cutting), freeze)
+	var thaw atomic.Value // the path to thaw behind the hold's back, or ""
+	thaw.Store("")
+	hook := func() {
+		if p := thaw.Load().(string); p != "" {
+			if _, err := fs.Thaw(p, 0); err != nil {
+				t.Errorf("thaw %s: %v", p, err)
+			}
+		}
+	}
+	d := faultyLoopfileDaemon(t, ctl, hook, 30*time.Second)
 	ctx := callCtx(t)
 	v := newLoopVolume(t, d, "again-b", false)
 	if err := v.stage(ctx, d); err != nil {
@@ -172,22 +185,14 @@ func TestSnapshotCleanupRetried(t *testing.T) {
 	if err := v.publish(ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	hang, failRemove := filepath.Join(ctl, "hang"), filepath.Join(ctl, "failremove")
-	touch(t, hang)
+	failRemove := filepath.Join(ctl, "failremove")
 	touch(t, failRemove)
-	t.Cleanup(func() { os.Remove(hang); os.Remove(failRemove) })
+	t.Cleanup(func() { os.Remove(failRemove) })
+	thaw.Store(v.staging)
 	req := &csi.CreateSnapshotRequest{Name: "again-a-1", SourceVolumeId: v.vol.GetVolumeId()}
-	errc := make(chan error, 1)
-	go func() {
-		_, err := d.controller().CreateSnapshot(callCtx(t), req)
-		errc <- err
-	}()
-	waitSignal(t, cutting, "the cut to begin")
-	time.Sleep(freeze + 500*time.Millisecond) // past the hold's deadline
-	if err := os.Remove(hang); err != nil {
-		t.Fatal(err)
-	}
-	wantCode(t, <-errc, codes.Unavailable)
+	_, err := d.controller().CreateSnapshot(callCtx(t), req)
+	wantCode(t, err, codes.Unavailable)
+	thaw.Store("")
 	snapFiles := func() []string {
 		t.Helper()
 		files, err := filepath.Glob(filepath.Join(filepath.Dir(v.file), "*.snap"))
@@ -274,5 +279,45 @@ func waitSignal(t *testing.T, c <-chan struct{}, what string) {
 	case <-c:
 	case <-time.After(60 * time.Second):
 		t.Fatalf("waited a minute for %s", what)
+	}
+}
+
+// TestSnapshotJournalResumedAtStart: a daemon that stopped while it held a
+// snapshot's pause (here: its journal, and the filesystem it names left
+// frozen) resumes the writes at its next start and drops the journal; a
+// cut the attempt put in place (made while paused) stays for the retry.
+func TestSnapshotJournalResumedAtStart(t *testing.T) {
+	d := faultyLoopfileDaemon(t, t.TempDir(), nil, 30*time.Second)
+	ctx := callCtx(t)
+	v := newLoopVolume(t, d, "held", false)
+	if err := v.stage(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := fs.DeviceOf(v.staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Freeze(v.staging, dev); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Thaw(v.staging, dev) })
+	j, err := quiesce.OpenJournals(filepath.Join(d.cfg.StateDir, "quiesce-snapshots"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := v.vol.GetVolumeId()
+	if err := j.Write(quiesce.Journal{Group: "held-1", Sources: []string{id},
+		Targets: []quiesce.Target{{Kind: quiesce.Filesystem, Path: v.staging, Dev: dev, Volume: id}}}); err != nil {
+		t.Fatal(err)
+	}
+	d.restart(t)
+	if was, err := fs.Thaw(v.staging, dev); err != nil || was {
+		t.Fatalf("after the start: frozen %v, %v; want thawed by the start", was, err)
+	}
+	if js, err := j.All(); err != nil || len(js) != 0 {
+		t.Fatalf("journals after the start: %v, %v; want none", js, err)
+	}
+	if _, err := d.controller().CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "held-1", SourceVolumeId: id}); err != nil {
+		t.Fatalf("the retry: %v", err)
 	}
 }

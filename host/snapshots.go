@@ -164,9 +164,10 @@ func (s *Server) snapshotLocked(ctx context.Context, src string, mreq abi.Create
 // a start after a crash resumes it and the next attempt removes what the
 // dead one cut; journaled reports that the journal stays until the caller
 // has recorded the snapshot. A hold that ends before the cut does (its
-// deadline, or someone's thaw) fails the call, and what the backend may
-// have cut is removed, found by name, so that a retry cannot adopt it; if
-// that removal fails the journal stays and the next attempt tries again.
+// deadline, or someone's thaw) fails the call, and a cut the backend
+// answered is removed, so that a retry cannot adopt it; if that removal
+// fails the journal stays, without its resumed target, and the next
+// attempt removes the cut first.
 // A filesystem that cannot be frozen here (already frozen by someone
 // else, as a backup tool's pre-hook does, or of a kind without freeze) is
 // cut as it is.
@@ -237,11 +238,13 @@ func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, m
 	if abi.CodeOf(herr) == abi.DeadlineExceeded {
 		msg += "; a volume in use whose snapshot is a copy needs a pool with reflinks (xfs, btrfs), a longer group_snapshot.freeze_timeout, or its workload stopped"
 	}
+	// A create_snapshot that failed left nothing it would answer for
+	// later (abi/ABI.md): a copy it could not finish within its deadline
+	// is never put in place. One that answered is removed through its
+	// answer.
 	var derr error
 	if err == nil {
 		derr = s.dropCut(context.WithoutCancel(ctx), b, v, name, resp)
-	} else {
-		derr = s.dropUnrecordedBounded(ctx, v.ID, name, mreq.Parameters)
 	}
 	if derr != nil {
 		s.log.Error("remove a snapshot cut while its source's writes were not paused; the next attempt tries again", "volume", v.ID, "snapshot", name, "err", derr)
@@ -251,36 +254,22 @@ func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, m
 	return false, abi.Errorf(abi.CodeOf(herr), "%s", msg)
 }
 
-// dropUnrecordedBounded is dropUnrecorded for a cut whose call failed,
-// which most often left nothing: asking the backend for the snapshot by
-// name then starts a new cut, a whole copy for a backend that copies. A
-// snapshot that exists is answered at once, so the look is bounded by the
-// freeze timeout, and one that takes longer is such a new cut, which the
-// bound stops (a copy is built aside and renamed into place only once
-// whole): nothing was there to remove.
-func (s *Server) dropUnrecordedBounded(ctx context.Context, id, name string, params map[string]string) error {
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.GroupSnapshot.FreezeTimeout)
-	defer cancel()
-	err := s.dropUnrecorded(bctx, id, name, params)
-	if err != nil && bctx.Err() != nil && ctx.Err() == nil {
-		s.log.Info("no snapshot left by the failed cut: asking for it began a new one", "volume", id, "snapshot", name)
-		return nil
-	}
-	return err
-}
-
 func (s *Server) dropSnapJournal(name string) {
 	if err := s.snapJournals.Remove(name); err != nil {
 		s.log.Warn("remove snapshot journal", "snapshot", name, "err", err)
 	}
 }
 
-// undoDeadSnapshot undoes what an attempt of snapshot name left when the
-// daemon died during it or could not clean up after it (its journal is
-// still there): its pause is resumed, and unless the snapshot was
-// recorded, what the backend may have cut is removed. The caller holds
-// the name lock and the locks of the volumes held names; the dead
-// attempt's other source, if any, is locked here.
+// undoDeadSnapshot finishes what an attempt of snapshot name left
+// (its journal is still there). A journal with targets is that of an
+// attempt the daemon died in while the writes were paused, or before the
+// journal's removal: its targets are resumed, and what it cut, if
+// anything, is kept, since a cut is put in place only while its pause
+// holds (a copy that outlasts it fails without a trace, abi/ABI.md), so a
+// retry may adopt it. A journal without targets is that of a cut whose
+// pause ended first and whose removal failed: it is removed now, found by
+// name. The caller holds the name lock and the locks of the volumes held
+// names; the dead attempt's other source, if any, is locked here.
 func (s *Server) undoDeadSnapshot(ctx context.Context, name string, held ...string) error {
 	if s.snapJournals == nil {
 		return nil
@@ -305,17 +294,26 @@ func (s *Server) undoDeadSnapshot(ctx context.Context, name string, held ...stri
 		}
 		defer unlock()
 	}
-	if _, err := quiesce.ResumeAll(context.WithoutCancel(ctx), j.Targets); err != nil {
-		return abi.Errorf(abi.Unavailable, "snapshot %q: an interrupted attempt left writes paused: %v", name, err)
+	if len(j.Targets) > 0 {
+		if _, err := quiesce.ResumeAll(context.WithoutCancel(ctx), j.Targets); err != nil {
+			return abi.Errorf(abi.Unavailable, "snapshot %q: an interrupted attempt left writes paused: %v", name, err)
+		}
+		return s.snapJournals.Remove(name)
 	}
 	if _, err := s.store.SnapshotByName(name); err == nil {
-		return s.snapJournals.Remove(name) // recorded; only the journal's removal was lost
+		return s.snapJournals.Remove(name) // recorded since
 	} else if !errors.Is(err, state.ErrNotFound) {
 		return err
 	}
 	for _, src := range j.Sources {
-		if err := s.dropUnrecordedBounded(ctx, src, name, j.Parameters); err != nil {
-			return abi.Errorf(abi.Unavailable, "snapshot %q: remove what an interrupted attempt cut: %v", name, err)
+		// The cut exists (its removal failed), so asking for it by name
+		// answers it at once. A backend that no longer answers the name
+		// (NOT_FOUND, INVALID_ARGUMENT) has nothing under it to remove.
+		err := s.dropUnrecorded(context.WithoutCancel(ctx), src, name, j.Parameters)
+		if c := abi.CodeOf(err); c == abi.NotFound || c == abi.InvalidArgument {
+			s.log.Warn("snapshot cut while its source's writes were not paused: the backend no longer answers its name", "snapshot", name, "err", err)
+		} else if err != nil {
+			return abi.Errorf(abi.Unavailable, "snapshot %q: remove what an attempt cut while the writes were not paused: %v", name, err)
 		}
 	}
 	return s.snapJournals.Remove(name)
