@@ -287,9 +287,10 @@ func waitSignal(t *testing.T, c <-chan struct{}, what string) {
 // frozen) resumes the writes at its next start and drops the journal; a
 // cut the attempt put in place (made while paused) stays for the retry.
 func TestSnapshotJournalResumedAtStart(t *testing.T) {
-	d := faultyLoopfileDaemon(t, t.TempDir(), nil, 30*time.Second)
+	clones := make(chan struct{}, 1)
+	d := faultyLoopfileDaemon(t, t.TempDir(), signal(clones), 30*time.Second)
 	ctx := callCtx(t)
-	v := newLoopVolume(t, d, "held", false)
+	v := newLoopVolume(t, d, "held-b", false)
 	if err := v.stage(ctx, d); err != nil {
 		t.Fatal(err)
 	}
@@ -316,6 +317,11 @@ func TestSnapshotJournalResumedAtStart(t *testing.T) {
 	}
 	if js, err := j.All(); err != nil || len(js) != 0 {
 		t.Fatalf("journals after the start: %v, %v; want none", js, err)
+	}
+	select {
+	case <-clones:
+		t.Fatal("the start asked the backend to cut the snapshot again: a paused attempt's cut needs no removal")
+	default:
 	}
 	if _, err := d.controller().CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "held-1", SourceVolumeId: id}); err != nil {
 		t.Fatalf("the retry: %v", err)

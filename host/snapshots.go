@@ -225,7 +225,7 @@ func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, m
 	// The journal now only says that something may need removing: its
 	// target is resumed, and resuming it again later could end someone
 	// else's freeze.
-	if werr := s.snapJournals.Write(quiesce.Journal{Group: name, Sources: []string{v.ID}, Parameters: mreq.Parameters}); werr != nil {
+	if werr := s.snapJournals.Write(quiesce.Journal{Group: name, Sources: []string{v.ID}, Parameters: mreq.Parameters, Unpaused: err == nil}); werr != nil {
 		s.log.Warn("rewrite snapshot journal without its resumed target", "snapshot", name, "err", werr)
 	}
 	msg := herr.Error()
@@ -261,15 +261,15 @@ func (s *Server) dropSnapJournal(name string) {
 }
 
 // undoDeadSnapshot finishes what an attempt of snapshot name left
-// (its journal is still there). A journal with targets is that of an
-// attempt the daemon died in while the writes were paused, or before the
-// journal's removal: its targets are resumed, and what it cut, if
-// anything, is kept, since a cut is put in place only while its pause
-// holds (a copy that outlasts it fails without a trace, abi/ABI.md), so a
-// retry may adopt it. A journal without targets is that of a cut whose
-// pause ended first and whose removal failed: it is removed now, found by
-// name. The caller holds the name lock and the locks of the volumes held
-// names; the dead attempt's other source, if any, is locked here.
+// (its journal is still there). Its targets, if any, are resumed (start-up
+// resumed them already and rewrote the journal without them). What an
+// attempt the daemon stopped in while paused cut, if anything, is kept,
+// since a cut is put in place only while its pause holds (a copy that
+// outlasts it fails without a trace, abi/ABI.md), so a retry may adopt
+// it. A journal marked Unpaused is that of a cut the backend answered
+// after its pause ended and whose removal failed: it is removed now, found
+// by name. The caller holds the name lock and the locks of the volumes
+// held names; the dead attempt's other source, if any, is locked here.
 func (s *Server) undoDeadSnapshot(ctx context.Context, name string, held ...string) error {
 	if s.snapJournals == nil {
 		return nil
@@ -294,10 +294,10 @@ func (s *Server) undoDeadSnapshot(ctx context.Context, name string, held ...stri
 		}
 		defer unlock()
 	}
-	if len(j.Targets) > 0 {
-		if _, err := quiesce.ResumeAll(context.WithoutCancel(ctx), j.Targets); err != nil {
-			return abi.Errorf(abi.Unavailable, "snapshot %q: an interrupted attempt left writes paused: %v", name, err)
-		}
+	if _, err := quiesce.ResumeAll(context.WithoutCancel(ctx), j.Targets); err != nil {
+		return abi.Errorf(abi.Unavailable, "snapshot %q: an interrupted attempt left writes paused: %v", name, err)
+	}
+	if !j.Unpaused {
 		return s.snapJournals.Remove(name)
 	}
 	if _, err := s.store.SnapshotByName(name); err == nil {

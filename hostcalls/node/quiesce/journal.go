@@ -23,6 +23,10 @@ type Journal struct {
 	Sources    []string          `json:"sources"`
 	Parameters map[string]string `json:"parameters,omitempty"`
 	Targets    []Target          `json:"targets,omitempty"`
+	// Unpaused says that the attempt may have put in place a cut made
+	// while its writes were no longer paused, which must be removed before
+	// the name is cut again.
+	Unpaused bool `json:"unpaused,omitempty"`
 }
 
 // Journals is the folder of journals, one file per group being cut.
