@@ -206,19 +206,11 @@ func (s *Server) undoDeadAttempt(ctx context.Context, name, gid string, srcs []s
 	} else if !errors.Is(err, state.ErrNotFound) {
 		return err
 	}
-	var extra []string
-	for _, v := range j.Sources {
-		if !slices.Contains(srcs, v) {
-			extra = append(extra, volKey(v))
-		}
+	unlock, err := s.lockOthers(j.Sources, srcs)
+	if err != nil {
+		return err
 	}
-	if len(extra) > 0 {
-		unlock, err := s.lock(extra...)
-		if err != nil {
-			return err
-		}
-		defer unlock()
-	}
+	defer unlock()
 	for _, v := range j.Sources {
 		mname := groupSnapshotName(name, v)
 		sn, err := s.store.SnapshotByName(mname)
@@ -235,6 +227,21 @@ func (s *Server) undoDeadAttempt(ctx context.Context, name, gid string, srcs []s
 	}
 	s.log.Info("undid an interrupted group snapshot attempt", "group", name, "volumes", len(j.Sources))
 	return s.journals.Remove(name)
+}
+
+// lockOthers locks the volumes of sources the caller does not hold
+// (held), as a dead attempt's journal names them, and returns their unlock.
+func (s *Server) lockOthers(sources, held []string) (func(), error) {
+	var keys []string
+	for _, v := range sources {
+		if !slices.Contains(held, v) {
+			keys = append(keys, volKey(v))
+		}
+	}
+	if len(keys) == 0 {
+		return func() {}, nil
+	}
+	return s.lock(keys...)
 }
 
 // undoInterruptedGroups undoes, at start-up, every group snapshot attempt

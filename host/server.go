@@ -107,6 +107,19 @@ func New(ctx context.Context, cfg *config.Config, opt Options) (*Server, error) 
 	return s, err
 }
 
+// recoverJournals opens the pause journals in dir and resumes the writes
+// an attempt of what (a snapshot kind) the daemon died in left paused.
+func recoverJournals(ctx context.Context, log *slog.Logger, dir, what string) (*quiesce.Journals, error) {
+	j, err := quiesce.OpenJournals(dir, log)
+	if err != nil {
+		return nil, err
+	}
+	if n, err := j.Recover(ctx); err != nil {
+		log.Error("resume writes paused by an interrupted "+what, "err", err, "resumed", n)
+	}
+	return j, nil
+}
+
 func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.Logger, store *state.Store) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, store: store, locks: keylock.New(), tag: newNodeTag(cfg.NodeID), settle: newSettler(log)}
 	s.metrics = newMetrics(opt.Metrics)
@@ -114,22 +127,13 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 	if store != nil {
 		// Before anything else: writers hang on what a group snapshot the
 		// daemon died in left paused (and its guardian did not resume).
-		j, err := quiesce.OpenJournals(filepath.Join(cfg.StateDir, "quiesce"), log)
-		if err != nil {
+		var err error
+		if s.journals, err = recoverJournals(ctx, log, filepath.Join(cfg.StateDir, "quiesce"), "group snapshot"); err != nil {
 			return nil, err
 		}
-		if n, err := j.Recover(ctx); err != nil {
-			log.Error("resume writes paused by an interrupted group snapshot", "err", err, "resumed", n)
-		}
-		s.journals = j
-		sj, err := quiesce.OpenJournals(filepath.Join(cfg.StateDir, "quiesce-snapshots"), log)
-		if err != nil {
+		if s.snapJournals, err = recoverJournals(ctx, log, filepath.Join(cfg.StateDir, "quiesce-snapshots"), "snapshot"); err != nil {
 			return nil, err
 		}
-		if n, err := sj.Recover(ctx); err != nil {
-			log.Error("resume writes paused by an interrupted snapshot", "err", err, "resumed", n)
-		}
-		s.snapJournals = sj
 	}
 
 	calls := opt.HostCalls

@@ -38,13 +38,7 @@ func TestSnapshotOfVolumeInUseHoldsOneMoment(t *testing.T) {
 	}
 	d := faultyLoopfileDaemon(t, ctl, hook, 30*time.Second)
 	ctx := callCtx(t)
-	v := newLoopVolume(t, d, "moment-b", false)
-	if err := v.stage(ctx, d); err != nil {
-		t.Fatal(err)
-	}
-	if err := v.publish(ctx, d); err != nil {
-		t.Fatal(err)
-	}
+	v := publishedVolume(t, d, "moment-b")
 	target = v.target
 	if err := os.WriteFile(filepath.Join(target, "before"), []byte("before"), 0o644); err != nil {
 		t.Fatal(err)
@@ -81,14 +75,7 @@ func TestSnapshotPauseDeadline(t *testing.T) {
 	const freeze = time.Second
 	cutting := make(chan struct{}, 1)
 	d := faultyLoopfileDaemon(t, ctl, signal(cutting), freeze)
-	ctx := callCtx(t)
-	v := newLoopVolume(t, d, "late-b", false)
-	if err := v.stage(ctx, d); err != nil {
-		t.Fatal(err)
-	}
-	if err := v.publish(ctx, d); err != nil {
-		t.Fatal(err)
-	}
+	v := publishedVolume(t, d, "late-b")
 	hang := filepath.Join(ctl, "hang")
 	touch(t, hang)
 	t.Cleanup(func() { os.Remove(hang) })
@@ -177,14 +164,7 @@ func TestSnapshotCleanupRetried(t *testing.T) {
 		}
 	}
 	d := faultyLoopfileDaemon(t, ctl, hook, 30*time.Second)
-	ctx := callCtx(t)
-	v := newLoopVolume(t, d, "again-b", false)
-	if err := v.stage(ctx, d); err != nil {
-		t.Fatal(err)
-	}
-	if err := v.publish(ctx, d); err != nil {
-		t.Fatal(err)
-	}
+	v := publishedVolume(t, d, "again-b")
 	failRemove := filepath.Join(ctl, "failremove")
 	touch(t, failRemove)
 	t.Cleanup(func() { os.Remove(failRemove) })
@@ -326,4 +306,18 @@ func TestSnapshotJournalResumedAtStart(t *testing.T) {
 	if _, err := d.controller().CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "held-1", SourceVolumeId: id}); err != nil {
 		t.Fatalf("the retry: %v", err)
 	}
+}
+
+// publishedVolume creates a loopfile mount volume, stages and publishes it.
+func publishedVolume(t *testing.T, d *daemon, name string) *loopVolume {
+	t.Helper()
+	ctx := callCtx(t)
+	v := newLoopVolume(t, d, name, false)
+	if err := v.stage(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.publish(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -281,19 +280,11 @@ func (s *Server) undoDeadSnapshot(ctx context.Context, name string, held ...stri
 	if !ok {
 		return nil
 	}
-	var extra []string
-	for _, src := range j.Sources {
-		if !slices.Contains(held, src) {
-			extra = append(extra, volKey(src))
-		}
+	unlock, err := s.lockOthers(j.Sources, held)
+	if err != nil {
+		return err
 	}
-	if len(extra) > 0 {
-		unlock, err := s.lock(extra...)
-		if err != nil {
-			return err
-		}
-		defer unlock()
-	}
+	defer unlock()
 	if _, err := quiesce.ResumeAll(context.WithoutCancel(ctx), j.Targets); err != nil {
 		return abi.Errorf(abi.Unavailable, "snapshot %q: an interrupted attempt left writes paused: %v", name, err)
 	}

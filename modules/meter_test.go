@@ -60,12 +60,7 @@ func TestUnmeteredModuleStopped(t *testing.T) {
 // collection) waits microseconds, not until the call's deadline.
 func TestLoopingGuestLetsTheWorldStop(t *testing.T) {
 	const timeout = 3 * time.Second
-	r, errs := startRuntime(t, map[string]string{"loop": "loop"}, nil, func(c *Config) {
-		c.Overrides = map[string]Limits{"loop": {CallTimeout: timeout}}
-	})
-	if len(errs) != 0 {
-		t.Fatal(errs)
-	}
+	r := withTimeout(t, "loop", timeout)
 	m := mustModule(t, r, "loop")
 	done := make(chan error, 1)
 	go func() {
@@ -159,12 +154,7 @@ func TestCloseStopsMeteredGuest(t *testing.T) {
 // timeout, between two iovecs, not after hours of scanning output.
 func TestLongWASICallStopped(t *testing.T) {
 	const timeout = 100 * time.Millisecond
-	r, errs := startRuntime(t, map[string]string{"iovecs": "iovecs"}, nil, func(c *Config) {
-		c.Overrides = map[string]Limits{"iovecs": {CallTimeout: timeout}}
-	})
-	if len(errs) != 0 {
-		t.Fatal(errs)
-	}
+	r := withTimeout(t, "iovecs", timeout)
 	start := time.Now()
 	_, err := mustModule(t, r, "iovecs").Call(context.Background(), abi.OpCreateVolume, nil)
 	wantCode(t, err, abi.DeadlineExceeded, "guest time over the call timeout")
@@ -187,4 +177,17 @@ func TestTableGrowthBounded(t *testing.T) {
 			t.Errorf("%s: %v", op, err)
 		}
 	}
+}
+
+// withTimeout starts a runtime of the one fixture name, loaded under its
+// own name with the call timeout given.
+func withTimeout(t *testing.T, name string, timeout time.Duration) *Runtime {
+	t.Helper()
+	r, errs := startRuntime(t, map[string]string{name: name}, nil, func(c *Config) {
+		c.Overrides = map[string]Limits{name: {CallTimeout: timeout}}
+	})
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	return r
 }
