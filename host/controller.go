@@ -221,6 +221,9 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		if v.Backend != b.name {
 			return nil, errf(codes.InvalidArgument, "volume %q belongs to backend %q, not %q", srcVol, v.Backend, b.name)
 		}
+		if err := s.flushSource(ctx, &v); err != nil {
+			return nil, err
+		}
 		ref := volumeRef(&v)
 		mreq.Source = &abi.VolumeSource{Volume: &ref}
 		sourceSize = v.CapacityBytes

@@ -72,8 +72,14 @@ func (s *Server) memberTarget(ctx context.Context, v *state.Volume) (*quiesce.Ta
 	// stage whose mount is gone. It is fine as long as no workload can write:
 	// nothing publishes it writable here.
 	target, err := s.writablePublication(v.ID)
-	if err != nil || target == "" {
+	if err != nil {
 		return nil, err
+	}
+	if target == "" {
+		if present && rec.Block {
+			return nil, s.flushStaged(&rec)
+		}
+		return nil, nil
 	}
 	var why string
 	switch {

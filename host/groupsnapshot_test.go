@@ -253,14 +253,22 @@ func restoreRecords(t *testing.T, d *daemon, sn *csi.Snapshot, name string) (rec
 // and deletes it again.
 func withRestored(t *testing.T, d *daemon, sn *csi.Snapshot, name string, read func(target string)) {
 	t.Helper()
+	withVolumeFrom(t, d, sn.GetSnapshotId(), &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: sn.GetSnapshotId()}}}, name, read)
+}
+
+// withVolumeFrom creates a mount volume named name from src (a snapshot
+// or volume whose ID is srcID), stages and publishes it, calls read with
+// its target, and takes it down again.
+func withVolumeFrom(t *testing.T, d *daemon, srcID string, src *csi.VolumeContentSource, name string, read func(target string)) {
+	t.Helper()
 	ctx := callCtx(t)
-	head, _, _ := strings.Cut(sn.GetSnapshotId(), ":")
+	head, _, _ := strings.Cut(srcID, ":")
 	backend, _, _ := strings.Cut(head, "@") // without the node tag
 	vol := createVolume(t, d, &csi.CreateVolumeRequest{
 		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: loopfileVolumeBytes},
 		Parameters:          map[string]string{backendParam: backend},
 		VolumeCapabilities:  []*csi.VolumeCapability{loopCapability(false)},
-		VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: sn.GetSnapshotId()}}},
+		VolumeContentSource: src,
 	})
 	w := workDir(t)
 	v := &loopVolume{vol: vol, file: vol.GetVolumeContext()["path"], staging: stagingPath(w, name), target: targetPath(w, name)}

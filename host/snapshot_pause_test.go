@@ -1,14 +1,19 @@
 package host_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
 	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
@@ -320,4 +325,142 @@ func publishedVolume(t *testing.T, d *daemon, name string) *loopVolume {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestSnapshotOfBlockVolumeInUseHasItsWrites: a raw block volume in use
+// cannot be paused, but what the workload wrote to it before the call,
+// still only in the device's page cache (the workload holds the device
+// open, so no close wrote it out), is in the snapshot: of its own, and as
+// a group's member once unpublished (the workload still holding the
+// device). Unflushed, the cut of the volume's file missed it.
+func TestSnapshotOfBlockVolumeInUseHasItsWrites(t *testing.T) {
+	d := loopfileDaemon(t)
+	ctx := callCtx(t)
+	want := bytes.Repeat([]byte("written-before-the-snapshot;"), 4096/28+1)[:4096]
+	for _, group := range []bool{false, true} {
+		name := "inuse-blk"
+		if group {
+			name = "inuse-grp"
+		}
+		v := newLoopVolume(t, d, name, true)
+		if err := v.stage(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		if err := v.publish(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		dev := openDevice(t, v.target)
+		defer dev.Close()
+		if _, err := dev.WriteAt(want, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		pattern := filepath.Join(filepath.Dir(v.file), "*.snap")
+		before, _ := filepath.Glob(pattern)
+		if group {
+			if err := v.unpublishAt(ctx, d, v.target); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := groupSnapshot(ctx, t, d, name+"-1", v); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := d.controller().CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: name + "-1", SourceVolumeId: v.vol.GetVolumeId()}); err != nil {
+			t.Fatal(err)
+		}
+		after, err := filepath.Glob(pattern)
+		snaps := slices.DeleteFunc(after, func(f string) bool { return slices.Contains(before, f) })
+		if err != nil || len(snaps) != 1 {
+			t.Fatalf("new snapshot files %v, %v; want the one of %s", snaps, err, name)
+		}
+		got := make([]byte, len(want))
+		if f, err := os.Open(snaps[0]); err != nil {
+			t.Fatal(err)
+		} else if _, err := f.ReadAt(got, 1<<20); err != nil {
+			f.Close()
+			t.Fatal(err)
+		} else {
+			f.Close()
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("group %v: the snapshot lacks what the workload wrote to the device before the call: read %q…", group, got[:32])
+		}
+	}
+}
+
+// openDevice opens the block device published at target by its own node,
+// so that the publication can go while the device stays open.
+func openDevice(t *testing.T, target string) *os.File {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(target, &st); err != nil {
+		t.Fatal(err)
+	}
+	uevent, err := os.ReadFile(fmt.Sprintf("/sys/dev/block/%d:%d/uevent", unix.Major(st.Rdev), unix.Minor(st.Rdev)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, name, ok := strings.Cut(string(uevent), "DEVNAME=")
+	if !ok {
+		t.Fatalf("no DEVNAME in the uevent of %s: %q", target, uevent)
+	}
+	name, _, _ = strings.Cut(name, "\n")
+	f, err := os.OpenFile("/dev/"+name, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestCloneOfVolumeInUseHasItsWrites: a clone of a volume in use on this
+// node holds what the workload wrote before the call and the kernel still
+// cached: a file in the filesystem's page cache, data in a raw device's.
+// Unflushed, the copy of the volume's file (this pool has no reflinks)
+// missed both.
+func TestCloneOfVolumeInUseHasItsWrites(t *testing.T) {
+	d := loopfileDaemon(t)
+	ctx := callCtx(t)
+	fromVolume := func(id string) *csi.VolumeContentSource {
+		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id}}}
+	}
+
+	v := publishedVolume(t, d, "clone-src")
+	if err := os.WriteFile(filepath.Join(v.target, "before"), []byte("before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	withVolumeFrom(t, d, v.vol.GetVolumeId(), fromVolume(v.vol.GetVolumeId()), "clone-of-mount", func(target string) {
+		if b, err := os.ReadFile(filepath.Join(target, "before")); err != nil || string(b) != "before" {
+			t.Errorf("the clone holds %q, %v for the file written (not synced) before the call, want %q", b, err, "before")
+		}
+	})
+
+	blk := newLoopVolume(t, d, "clone-blk", true)
+	if err := blk.stage(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := blk.publish(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	dev := openDevice(t, blk.target)
+	defer dev.Close()
+	want := bytes.Repeat([]byte("written-before-the-clone;"), 4096/25+1)[:4096]
+	if _, err := dev.WriteAt(want, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	clone := createVolume(t, d, &csi.CreateVolumeRequest{
+		Name: "clone-of-blk", CapacityRange: &csi.CapacityRange{RequiredBytes: loopfileVolumeBytes},
+		Parameters:          map[string]string{backendParam: "loopfile"},
+		VolumeCapabilities:  []*csi.VolumeCapability{loopCapability(true)},
+		VolumeContentSource: fromVolume(blk.vol.GetVolumeId()),
+	})
+	got := make([]byte, len(want))
+	if f, err := os.Open(clone.GetVolumeContext()["path"]); err != nil {
+		t.Fatal(err)
+	} else if _, err := f.ReadAt(got, 1<<20); err != nil {
+		f.Close()
+		t.Fatal(err)
+	} else {
+		f.Close()
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("the clone lacks what the workload wrote to the raw device before the call: read %q…", got[:32])
+	}
 }

@@ -341,27 +341,71 @@ func (s *Server) undoInterruptedSnapshots(ctx context.Context) {
 // its filesystem, when v is staged here with one mounted from a device
 // other than device-mapper; nil otherwise.
 func (s *Server) snapshotPause(ctx context.Context, v *state.Volume) (*quiesce.Target, error) {
-	if s.cfg.Role == config.RoleController {
-		return nil, nil // no stages here
-	}
-	rec, err := s.store.GetStage(v.ID)
-	if errors.Is(err, state.ErrNotFound) {
-		return nil, nil
-	} else if err != nil {
+	rec, err := s.deviceStagedHere(ctx, v.ID)
+	if err != nil || rec == nil {
 		return nil, err
 	}
-	if rec.Device == "" || rec.Block {
-		return nil, nil
-	}
-	present, err := s.stagePresent(ctx, &rec)
-	if err != nil || !present {
-		return nil, err
+	if rec.Block {
+		// A raw block device cannot be paused here (device-mapper's are
+		// by their backend's own snapshot), but what the workload wrote
+		// to it before the call must be in the cut.
+		return nil, s.flushStaged(rec)
 	}
 	t, err := s.node.WritePause(rec.Device, rec.StagingPath, rec.Block, v.ID)
 	if err != nil || t == nil || t.Kind != quiesce.Filesystem {
 		return nil, err
 	}
 	return t, nil
+}
+
+// deviceStagedHere returns the stage of volume id when it is a device
+// staged on this node and still in place; nil otherwise.
+func (s *Server) deviceStagedHere(ctx context.Context, id string) (*state.Stage, error) {
+	if s.cfg.Role == config.RoleController {
+		return nil, nil // no stages here
+	}
+	rec, err := s.store.GetStage(id)
+	if errors.Is(err, state.ErrNotFound) || (err == nil && rec.Device == "") {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	present, err := s.stagePresent(ctx, &rec)
+	if err != nil || !present {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+// flushSource writes out what a workload on this node wrote to volume v
+// and the kernel still caches (a filesystem's dirty pages, a raw device's
+// own), so that a clone of what backs v holds every write made before
+// the call. It does not pause the writes: on a pool that copies, a clone
+// of a volume written meanwhile is not one moment (RATIONALE.md,
+// "Snapshots of volumes in use").
+func (s *Server) flushSource(ctx context.Context, v *state.Volume) error {
+	rec, err := s.deviceStagedHere(ctx, v.ID)
+	if err != nil || rec == nil {
+		return err
+	}
+	if rec.Block {
+		return s.flushStaged(rec)
+	}
+	if err := s.node.SyncFilesystem(rec.StagingPath); err != nil {
+		return abi.Errorf(abi.Unavailable, "volume %q: write out what its workload wrote before the clone: %v", v.ID, err)
+	}
+	return nil
+}
+
+// flushStaged writes out the page cache of the raw block device of stage
+// rec, whose writes a snapshot cuts unpaused: a workload that holds the
+// device open leaves what it wrote there, out of reach of a clone or copy
+// of what backs the device.
+func (s *Server) flushStaged(rec *state.Stage) error {
+	if err := s.node.FlushDevice(rec.Device); err != nil {
+		return abi.Errorf(abi.Unavailable, "volume %q: write out what its workload wrote to %s before the snapshot: %v", rec.VolumeID, rec.Device, err)
+	}
+	return nil
 }
 
 func describeGroup(id string) string {
