@@ -157,6 +157,9 @@ func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publis
 	mreq := abi.NodeStageRequest{Volume: nodeVolumeRef(rec.VolumeID, rec.VolumeContext), PublishContext: publishCtx, StagingPath: rec.StagingPath, Capability: c, Secrets: secrets}
 	var resp abi.NodeStageResponse
 	if err := b.call(ctx, abi.OpNodeStage, &mreq, &resp); err != nil {
+		if record && unanswered(err) {
+			s.undoUnansweredStage(ctx, b, rec)
+		}
 		return err
 	}
 	if (resp.Device == "") == (resp.Directory == "") {
@@ -230,6 +233,53 @@ func (s *Server) ensureStaged(ctx context.Context, b *backend, rec *state.Stage,
 		return err
 	}
 	return s.store.PutStage(*rec)
+}
+
+// unanswered reports whether a module call failed without the module's
+// own answer: the host stopped it (its deadline, its context, a trap, a
+// host call that panicked), or it answered that something unexpected
+// happened. Such a node_stage may have set up part of the stage.
+func unanswered(err error) bool {
+	switch abi.CodeOf(err) {
+	case abi.DeadlineExceeded, abi.Canceled, abi.Internal, abi.Unknown:
+		return true
+	}
+	return false
+}
+
+// stageUndoTimeout bounds the undo of a node_stage cut off, which runs
+// after the call's own context has ended.
+const stageUndoTimeout = 30 * time.Second
+
+// undoUnansweredStage undoes a new stage whose node_stage was cut off. It
+// may have set up part of the stage (a loop device, an iSCSI session) and
+// named none of it, so no record would let a NodeUnstage release it, and
+// a node daemon has no controller record to tell the backend which
+// volume's storage that is. node_unstage gets the volume's context from
+// the NodeStage request instead; if it fails too, the stage is recorded
+// without a device, so that NodeUnstage or a repeated NodeStage takes it
+// from there.
+func (s *Server) undoUnansweredStage(ctx context.Context, b *backend, rec *state.Stage) {
+	if !b.has(abi.OpNodeUnstage) {
+		return
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stageUndoTimeout)
+	defer cancel()
+	volCtx := rec.VolumeContext
+	if len(volCtx) == 0 {
+		if v, err := s.store.GetVolume(rec.VolumeID); err == nil {
+			volCtx = v.Context // a CO that passes none, where this daemon is the controller too
+		}
+	}
+	mreq := abi.NodeUnstageRequest{Volume: nodeVolumeRef(rec.VolumeID, volCtx)}
+	err := b.call(hostcalls.WithMemo(uctx), abi.OpNodeUnstage, &mreq, &abi.Empty{})
+	if c := abi.CodeOf(err); err == nil || c == abi.InvalidArgument || c == abi.NotFound {
+		return
+	}
+	s.log.Warn("undo a node_stage that was cut off: recording the stage for NodeUnstage to release", "volume", rec.VolumeID, "err", err)
+	if perr := s.store.PutStage(*rec); perr != nil {
+		s.log.Error("record a stage that was cut off; what it set up stays until the volume is staged again", "volume", rec.VolumeID, "err", perr)
+	}
 }
 
 // release undoes node_stage after a failure.
