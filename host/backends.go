@@ -230,7 +230,13 @@ func (s *Server) refreshBackends() {
 // A module's error keeps its code; an answer that does not decode is the
 // module's fault and becomes INTERNAL.
 func callModule(ctx context.Context, m *modules.Module, op abi.Op, req, resp abi.Message) error {
-	out, err := m.Call(ctx, op, req.AppendWire(nil))
+	var out []byte
+	var err error
+	if r, ok := ctx.Value(reservedKey{m}).(*modules.Reservation); ok {
+		out, err = r.Call(ctx, op, req.AppendWire(nil))
+	} else {
+		out, err = m.Call(ctx, op, req.AppendWire(nil))
+	}
 	if err != nil {
 		return err
 	}
@@ -238,6 +244,37 @@ func callModule(ctx context.Context, m *modules.Module, op abi.Op, req, resp abi
 		return abi.Errorf(abi.Internal, "module %s: %s answered garbage: %v", m.Name(), op, err)
 	}
 	return nil
+}
+
+// reservedKey keys the reservation of a module's instance in a context.
+type reservedKey struct{ m *modules.Module }
+
+// reserve takes an instance of each backend's module for the calls made
+// with the returned context, before a pause of writes that those calls
+// must not spend waiting for an instance. The modules are reserved in
+// name order, so that two callers reserving the same ones cannot each
+// hold what the other waits for. release gives the instances back.
+func reserve(ctx context.Context, backends []*backend) (_ context.Context, release func(), err error) {
+	sorted := slices.SortedFunc(slices.Values(backends), func(a, b *backend) int { return strings.Compare(a.name, b.name) })
+	var held []*modules.Reservation
+	release = func() {
+		for _, r := range held {
+			r.Release()
+		}
+	}
+	for _, b := range sorted {
+		if ctx.Value(reservedKey{b.mod}) != nil {
+			continue
+		}
+		r, err := b.mod.Reserve(ctx)
+		if err != nil {
+			release()
+			return nil, nil, err
+		}
+		held = append(held, r)
+		ctx = context.WithValue(ctx, reservedKey{b.mod}, r)
+	}
+	return ctx, release, nil
 }
 
 func (b *backend) call(ctx context.Context, op abi.Op, req, resp abi.Message) error {

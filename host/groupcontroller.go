@@ -120,6 +120,22 @@ func (s *Server) CreateVolumeGroupSnapshot(ctx context.Context, req *csi.CreateV
 // snapshots it cut (a group is all or nothing), and removes the journal
 // once nothing of the attempt is left.
 func (s *Server) cutGroup(ctx context.Context, gid, name string, vols []state.Volume, params map[string]string, targets []quiesce.Target) (*state.Group, error) {
+	if len(targets) > 0 {
+		// The cuts must not wait for instances while the writes are paused.
+		var backends []*backend
+		for i := range vols {
+			if b, ok := s.backends.Load().get(vols[i].Backend); ok {
+				backends = append(backends, b)
+			}
+		}
+		rctx, unreserve, err := reserve(ctx, backends)
+		if err != nil {
+			s.dropJournal(name)
+			return nil, err
+		}
+		defer unreserve()
+		ctx = rctx
+	}
 	hold, err := quiesce.Pause(ctx, targets, s.cfg.GroupSnapshot.FreezeTimeout, s.log)
 	if err != nil {
 		s.dropJournal(name)

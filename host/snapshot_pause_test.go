@@ -16,8 +16,11 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
+	"github.com/wasmcsi/wasmcsi/host/config"
+	"github.com/wasmcsi/wasmcsi/hostcalls"
 	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
 	"github.com/wasmcsi/wasmcsi/hostcalls/node/quiesce"
+	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
 // TestSnapshotOfVolumeInUseHoldsOneMoment: a snapshot of its own of a
@@ -462,5 +465,80 @@ func TestCloneOfVolumeInUseHasItsWrites(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("the clone lacks what the workload wrote to the raw device before the call: read %q…", got[:32])
+	}
+}
+
+// TestSnapshotPauseTakesAnInstanceFirst: a snapshot of a volume in use
+// waits for an instance of its module before it pauses the volume's
+// writes, not while they are paused. Here the module's only instance is
+// busy with another volume's hung cut: the second snapshot waits, its
+// volume's writes go on meanwhile, and it fails UNAVAILABLE once the
+// module stays busy. Before, it froze the filesystem first, and the
+// workload stalled for as long as the call waited.
+func TestSnapshotPauseTakesAnInstanceFirst(t *testing.T) {
+	requireRoot(t)
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		t.Skip("needs loop devices: ", err)
+	}
+	ctl := t.TempDir()
+	cutting := make(chan struct{}, 1)
+	const acquire = 3 * time.Second
+	d := startDaemon(t, daemonOptions{
+		backend: "loopfile", wasm: moduletest.Build(t, "../examples/loopfile", moduletest.Go),
+		hostcalls: []string{"file", "loop"}, hostCalls: []hostcalls.Func{faultyClone(t, ctl, signal(cutting)), faultyRemove(t, ctl)},
+		freezeTimeout: 30 * time.Second, limits: config.Limits{PoolSize: 1, AcquireTimeout: acquire},
+	})
+	releaseUnder(t, filepath.Dir(d.pool))
+	busy, free := publishedVolume(t, d, "busy-b"), publishedVolume(t, d, "free")
+	hang := filepath.Join(ctl, "hang")
+	touch(t, hang)
+	t.Cleanup(func() { os.Remove(hang) })
+	first := make(chan error, 1)
+	go func() {
+		_, err := d.controller().CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "busy-1", SourceVolumeId: busy.vol.GetVolumeId()})
+		first <- err
+	}()
+	waitSignal(t, cutting, "the first cut to hold the module's only instance")
+	for _, group := range []bool{false, true} {
+		second := make(chan error, 1)
+		start := time.Now()
+		go func() {
+			var err error
+			if group {
+				_, err = groupSnapshot(callCtx(t), t, d, "free-g", free)
+			} else {
+				_, err = d.controller().CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "free-1", SourceVolumeId: free.vol.GetVolumeId()})
+			}
+			second <- err
+		}()
+		time.Sleep(300 * time.Millisecond)
+		wrote := make(chan error, 1)
+		go func() { wrote <- os.WriteFile(filepath.Join(free.target, "w"), []byte("w"), 0o644) }()
+		select {
+		case err := <-wrote:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(acquire / 2):
+			t.Errorf("group %v: a write to the volume stalled while its snapshot waited for an instance: its writes were paused during the wait", group)
+			<-wrote
+		}
+		err := <-second
+		wantCode(t, err, codes.Unavailable, "busy")
+		if d := time.Since(start); d < acquire {
+			t.Errorf("group %v: the second snapshot failed after %s, before the acquire timeout", group, d)
+		}
+	}
+	if j := journals(t, d); len(j) != 0 {
+		t.Errorf("group snapshot journals after the busy attempt: %v", j)
+	}
+	if err := os.Remove(hang); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the first snapshot: %v", err)
+	}
+	if j, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "quiesce-snapshots")); err != nil || len(j) != 0 {
+		t.Errorf("snapshot journals after both calls: %v, %v; want none", j, err)
 	}
 }

@@ -180,6 +180,12 @@ func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, m
 	if target == nil {
 		return false, b.call(ctx, abi.OpCreateSnapshot, mreq, resp)
 	}
+	// The cut must not wait for an instance while the writes are paused.
+	ctx, unreserve, err := reserve(ctx, []*backend{b})
+	if err != nil {
+		return false, err
+	}
+	defer unreserve()
 	name := mreq.Name
 	targets := []quiesce.Target{*target}
 	if err := s.snapJournals.Write(quiesce.Journal{Group: name, Sources: []string{v.ID}, Parameters: mreq.Parameters, Targets: targets}); err != nil {

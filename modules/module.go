@@ -101,33 +101,50 @@ func (m *Module) Call(ctx context.Context, op abi.Op, req []byte) ([]byte, error
 		return nil, abi.Errorf(abi.Unimplemented, "module %q does not implement %s", m.name, op)
 	}
 	start := time.Now()
-	if err := ctx.Err(); err != nil {
-		err = ctxError(m.name, string(op), err)
+	inst, cur, err := m.take(ctx, string(op))
+	if cur != nil {
+		return cur.Call(ctx, op, req)
+	}
+	if err != nil {
 		m.observe(op, start, codeOf(err))
 		return nil, err
+	}
+	resp, err, keep := m.run(ctx, inst, op, req)
+	m.pool.release(inst, keep && m.keeps(inst, op))
+	m.observe(op, start, codeOf(err))
+	return resp, err
+}
+
+// take acquires an instance for what (an op, or a reservation). After a
+// reload retired this version it returns the current one instead, when
+// there is one.
+func (m *Module) take(ctx context.Context, what string) (*instance, *Module, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, ctxError(m.name, what, err)
 	}
 	inst, err := m.pool.acquire(ctx)
 	if err != nil {
 		if errors.Is(err, errRetired) {
 			if cur, ok := m.rt.Module(m.name); ok && cur != m {
-				return cur.Call(ctx, op, req)
+				return nil, cur, nil
 			}
 			err = abi.Errorf(abi.Unavailable, "module %q is not loaded", m.name)
 		} else if errors.Is(err, errBusy) {
 			err = abi.Errorf(abi.Unavailable, "module %q busy: %v", m.name, err)
 		}
-		m.observe(op, start, codeOf(err))
-		return nil, err
+		return nil, nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		m.pool.release(inst, true)
-		err = ctxError(m.name, string(op), err)
-		m.observe(op, start, codeOf(err))
-		return nil, err
+		return nil, nil, ctxError(m.name, what, err)
 	}
+	return inst, nil, nil
+}
+
+// run calls op on inst and reports whether inst may be used again.
+func (m *Module) run(ctx context.Context, inst *instance, op abi.Op, req []byte) (resp []byte, err error, keep bool) {
 	ret, err := inst.invoke(ctx, inst.fns[op], string(op), req)
-	keep := err == nil
-	var resp []byte
+	keep = err == nil
 	if err == nil {
 		switch code := abi.Code(ret); {
 		case !code.Valid():
@@ -144,14 +161,98 @@ func (m *Module) Call(ctx context.Context, op abi.Op, req []byte) ([]byte, error
 	if !keep && m.rt.metrics != nil {
 		m.rt.metrics.discarded.WithLabelValues(m.name).Inc()
 	}
-	if keep && inst.holdsTooMuch() {
-		keep = false
-		m.log.Debug("instance closed after its call: its memory grew past what an idle instance may keep",
-			"op", op, "memory_bytes", inst.mem.bytes(), "idle_memory_pages", m.limits.IdleMemoryPages)
+	return resp, err, keep
+}
+
+// keeps reports whether inst, after a call that left it usable, goes back
+// to the pool: not when its memory grew past what an idle one may keep.
+func (m *Module) keeps(inst *instance, op abi.Op) bool {
+	if !inst.holdsTooMuch() {
+		return true
 	}
-	m.pool.release(inst, keep)
+	m.log.Debug("instance closed after its call: its memory grew past what an idle instance may keep",
+		"op", op, "memory_bytes", inst.mem.bytes(), "idle_memory_pages", m.limits.IdleMemoryPages)
+	return false
+}
+
+// Reservation is an instance taken from a module's pool ahead of calls
+// that must not wait for one once they begin: a snapshot's cut, while the
+// volume's writes are paused. Its calls are Module.Call's on that
+// instance, one at a time. A call that discards the instance, or a call
+// after Release, takes one from the pool as Module.Call does.
+type Reservation struct {
+	m    *Module
+	mu   sync.Mutex
+	inst *instance
+	done bool
+}
+
+// Reserve takes an instance from the pool, waiting as a call would.
+func (m *Module) Reserve(ctx context.Context) (*Reservation, error) {
+	inst, cur, err := m.take(ctx, "reserve an instance")
+	if cur != nil {
+		return cur.Reserve(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Reservation{m: m, inst: inst}, nil
+}
+
+// Module is the module version the reservation holds an instance of.
+func (r *Reservation) Module() *Module { return r.m }
+
+// Call is Module.Call on the reserved instance.
+func (r *Reservation) Call(ctx context.Context, op abi.Op, req []byte) ([]byte, error) {
+	r.mu.Lock()
+	inst := r.inst
+	r.inst = nil
+	r.mu.Unlock()
+	m := r.m
+	if inst == nil || !m.ops[op] {
+		if inst != nil {
+			r.put(inst)
+		}
+		return m.Call(ctx, op, req)
+	}
+	start := time.Now()
+	if err := ctx.Err(); err != nil {
+		r.put(inst)
+		err = ctxError(m.name, string(op), err)
+		m.observe(op, start, codeOf(err))
+		return nil, err
+	}
+	resp, err, keep := m.run(ctx, inst, op, req)
+	if keep {
+		r.put(inst)
+	} else {
+		m.pool.release(inst, false)
+	}
 	m.observe(op, start, codeOf(err))
 	return resp, err
+}
+
+// put gives inst back to the reservation, or to the pool after Release.
+func (r *Reservation) put(inst *instance) {
+	r.mu.Lock()
+	if !r.done {
+		r.inst = inst
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+	r.m.pool.release(inst, r.m.keeps(inst, "release"))
+}
+
+// Release gives the instance back to the pool. It is idempotent.
+func (r *Reservation) Release() {
+	r.mu.Lock()
+	inst := r.inst
+	r.inst, r.done = nil, true
+	r.mu.Unlock()
+	if inst != nil {
+		r.m.pool.release(inst, r.m.keeps(inst, "release"))
+	}
 }
 
 // codeOf is abi.CodeOf with Internal for errors that carry no code.

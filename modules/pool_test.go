@@ -135,3 +135,44 @@ func TestPoolRetire(t *testing.T) {
 		t.Fatalf("destroyed %d, live %d; want 2, 0", destroyed, p.size())
 	}
 }
+
+// A reservation holds its instance between its calls: a call from
+// elsewhere finds the pool busy until Release, and the reservation's own
+// calls never wait for an instance.
+func TestReservation(t *testing.T) {
+	const wait = 200 * time.Millisecond
+	r, errs := startRuntime(t, map[string]string{"good": "good"}, nil, func(c *Config) {
+		c.Limits.PoolSize = 1
+		c.Limits.AcquireTimeout = wait
+	})
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	m := mustModule(t, r, "good")
+	ctx := context.Background()
+	res, err := m.Reserve(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Reserve(ctx); abi.CodeOf(err) != abi.Unavailable {
+		t.Fatalf("a second reservation of a pool of 1: %v, want UNAVAILABLE", err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := res.Call(ctx, abi.OpNodeInfo, nil); err != nil {
+			t.Fatalf("call %d on the reservation: %v", i, err)
+		}
+		_, err := m.Call(ctx, abi.OpNodeInfo, nil)
+		wantCode(t, err, abi.Unavailable, "busy")
+	}
+	res.Release()
+	res.Release() // idempotent
+	if _, err := m.Call(ctx, abi.OpNodeInfo, nil); err != nil {
+		t.Fatalf("a call after Release: %v", err)
+	}
+	if _, err := res.Call(ctx, abi.OpNodeInfo, nil); err != nil {
+		t.Fatalf("the reservation's call after Release (from the pool): %v", err)
+	}
+	if n := m.pool.size(); n != 1 {
+		t.Fatalf("%d instances, want 1", n)
+	}
+}
