@@ -216,7 +216,7 @@ func TestDmthinMountLifecycle(t *testing.T) {
 	timed(t, "ControllerExpandVolume (online, 128 MiB)", func() (*csi.ControllerExpandVolumeResponse, error) {
 		return ctl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 128 * mib}})
 	})
-	ne := timed(t, "NodeExpandVolume (resize2fs online)", func() (*csi.NodeExpandVolumeResponse, error) {
+	ne := timed(t, "NodeExpandVolume (ext4 online, by ioctl)", func() (*csi.NodeExpandVolumeResponse, error) {
 		return node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: target, CapacityRange: &csi.CapacityRange{RequiredBytes: 128 * mib}})
 	})
 	after := statsSize(target)
@@ -231,7 +231,7 @@ func TestDmthinMountLifecycle(t *testing.T) {
 		return ctl.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 192 * mib}})
 	})
 	stage("NodeStageVolume (activate, mount)")
-	ne = timed(t, "NodeExpandVolume (resize2fs online)", func() (*csi.NodeExpandVolumeResponse, error) {
+	ne = timed(t, "NodeExpandVolume (ext4 online, by ioctl)", func() (*csi.NodeExpandVolumeResponse, error) {
 		return node.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: id, VolumePath: staging, StagingTargetPath: staging,
 			CapacityRange: &csi.CapacityRange{RequiredBytes: 192 * mib}})
 	})

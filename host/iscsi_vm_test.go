@@ -244,7 +244,7 @@ func TestIscsiExpandRestoreRestart(t *testing.T) {
 	if err := unix.Statfs(v.staging, &before); err != nil {
 		t.Fatal(err)
 	}
-	iscsiTimed(t, "NodeExpandVolume (rescan, resize2fs)", func() (*csi.NodeExpandVolumeResponse, error) {
+	iscsiTimed(t, "NodeExpandVolume (rescan, ext4 online by ioctl)", func() (*csi.NodeExpandVolumeResponse, error) {
 		return d.node().NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: v.id, VolumePath: v.staging,
 			StagingTargetPath: v.staging, CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20}, VolumeCapability: v.capability})
 	})

@@ -21,9 +21,11 @@
 // miss the rest, and the one mistake this package must not make is calling a
 // device blank that is not. Data without any signature (a raw database,
 // random bytes) is blank to blkid too; every CSI driver shares that limit.
-// Make and Grow run the filesystem's own tools (mkfs.*, resize2fs,
-// xfs_growfs, btrfs), because no library does that job. Stats and
-// DeviceSize are a statfs(2) and an ioctl.
+// Make runs the filesystem's own tools (mkfs.*), because no library does
+// that job. Grow of a mounted filesystem is the resize ioctl its tool calls
+// (resize2fs, xfs_growfs, btrfs filesystem resize); an unmounted ext4 grows
+// with e2fsck and resize2fs. Stats and DeviceSize are a statfs(2) and an
+// ioctl.
 //
 // # Programs needed
 //

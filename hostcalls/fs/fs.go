@@ -264,43 +264,35 @@ func Make(ctx context.Context, device, fstype string, opts MakeOptions) error {
 	return nil
 }
 
-// Grow grows the filesystem of type fstype on device to fill the device. xfs
-// and btrfs grow only while mounted, by the path they are mounted on
-// (xfs_growfs -d, btrfs filesystem resize max). ext4 grows by device with
-// resize2fs: online while mounted (the kernel then needs CAP_SYS_RESOURCE),
-// or offline when mountPath is "", after the forced preen check resize2fs
-// demands (e2fsck -f -p, which refuses a mounted filesystem). The device
-// must already have its new size (see loop.Resize).
+// Grow grows the filesystem of type fstype on device to fill the device.
+// Mounted at mountPath, any of them grows by its resize ioctl on the mount
+// point (grow.go; the kernel wants CAP_SYS_RESOURCE for ext4). xfs and
+// btrfs grow only while mounted. ext4 also grows offline when mountPath is
+// "", with resize2fs after the forced preen check resize2fs demands (e2fsck
+// -f -p, which refuses a mounted filesystem): the kernel has no ioctl for
+// an unmounted filesystem. The device must already have its new size (see
+// loop.Resize).
 func Grow(ctx context.Context, device, mountPath, fstype string) error {
 	if _, err := kindOf(fstype); err != nil {
 		return fmt.Errorf("grow %s: %w", device, err)
 	}
-	var args []string
-	switch fstype {
-	case Ext4:
-		if err := checkDevice(device); err != nil {
-			return fmt.Errorf("grow %s: %w", device, err)
-		}
-		if mountPath == "" {
-			if err := preen(ctx, device); err != nil {
-				return fmt.Errorf("grow %s %s offline: %w", fstype, device, err)
-			}
-		} else if err := checkMountPath(mountPath); err != nil {
-			return fmt.Errorf("grow %s: %w", device, err)
-		}
-		args = []string{"resize2fs", device}
-	case XFS, Btrfs:
-		if err := checkMountPath(mountPath); err != nil {
-			return fmt.Errorf("grow %s: %w", device, err)
-		}
-		if fstype == XFS {
-			args = []string{"xfs_growfs", "-d", mountPath}
-		} else {
-			args = []string{"btrfs", "filesystem", "resize", "max", mountPath}
-		}
+	if err := checkDevice(device); err != nil {
+		return fmt.Errorf("grow %s: %w", device, err)
 	}
-	if _, err := run(ctx, args[0], args[1:]...); err != nil {
-		return fmt.Errorf("grow %s %s: %w", fstype, device, err)
+	if mountPath == "" && fstype == Ext4 {
+		if err := preen(ctx, device); err != nil {
+			return fmt.Errorf("grow %s %s offline: %w", fstype, device, err)
+		}
+		if _, err := run(ctx, "resize2fs", device); err != nil {
+			return fmt.Errorf("grow %s %s: %w", fstype, device, err)
+		}
+		return nil
+	}
+	if err := checkMountPath(mountPath); err != nil {
+		return fmt.Errorf("grow %s: %w", device, err)
+	}
+	if err := growOnline(ctx, device, mountPath, fstype); err != nil {
+		return fmt.Errorf("grow %s %s at %s: %w", fstype, device, mountPath, err)
 	}
 	return nil
 }
