@@ -232,7 +232,7 @@ func (s *Server) refreshBackends() {
 func callModule(ctx context.Context, m *modules.Module, op abi.Op, req, resp abi.Message) error {
 	var out []byte
 	var err error
-	if r, ok := ctx.Value(reservedKey{m}).(*modules.Reservation); ok {
+	if r, ok := ctx.Value(reservedKey{m.Name()}).(*modules.Reservation); ok {
 		out, err = r.Call(ctx, op, req.AppendWire(nil))
 	} else {
 		out, err = m.Call(ctx, op, req.AppendWire(nil))
@@ -246,8 +246,10 @@ func callModule(ctx context.Context, m *modules.Module, op abi.Op, req, resp abi
 	return nil
 }
 
-// reservedKey keys the reservation of a module's instance in a context.
-type reservedKey struct{ m *modules.Module }
+// reservedKey keys the reservation of a module's instance in a context, by
+// the module's name: a call through a backend looked up after a reload
+// still finds it.
+type reservedKey struct{ name string }
 
 // reserve takes an instance of each backend's module for the calls made
 // with the returned context, before a pause of writes that those calls
@@ -263,7 +265,7 @@ func reserve(ctx context.Context, backends []*backend) (_ context.Context, relea
 		}
 	}
 	for _, b := range sorted {
-		if ctx.Value(reservedKey{b.mod}) != nil {
+		if ctx.Value(reservedKey{b.mod.Name()}) != nil {
 			continue
 		}
 		r, err := b.mod.Reserve(ctx)
@@ -272,7 +274,7 @@ func reserve(ctx context.Context, backends []*backend) (_ context.Context, relea
 			return nil, nil, err
 		}
 		held = append(held, r)
-		ctx = context.WithValue(ctx, reservedKey{b.mod}, r)
+		ctx = context.WithValue(ctx, reservedKey{b.mod.Name()}, r)
 	}
 	return ctx, release, nil
 }

@@ -77,7 +77,7 @@ func (s *Server) memberTarget(ctx context.Context, v *state.Volume) (*quiesce.Ta
 	}
 	if target == "" {
 		if present && rec.Block {
-			return nil, s.flushStaged(&rec)
+			return nil, s.flushStaged(ctx, &rec)
 		}
 		return nil, nil
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/host/state"
@@ -157,8 +158,11 @@ func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publis
 	mreq := abi.NodeStageRequest{Volume: nodeVolumeRef(rec.VolumeID, rec.VolumeContext), PublishContext: publishCtx, StagingPath: rec.StagingPath, Capability: c, Secrets: secrets}
 	var resp abi.NodeStageResponse
 	if err := b.call(ctx, abi.OpNodeStage, &mreq, &resp); err != nil {
-		if record && unanswered(err) {
-			s.undoUnansweredStage(ctx, b, rec)
+		if record && unanswered(err) && s.undoUnansweredStage(ctx, b, rec) {
+			// A code the CO counts as "uncertain" (kubelet then calls
+			// NodeUnstage when it gives the stage up, which INTERNAL
+			// would not make it do).
+			return abi.Errorf(abi.Unavailable, "volume %q is partly staged, and NodeUnstage releases it: %s", rec.VolumeID, status.Convert(toStatus(err)).Message())
 		}
 		return err
 	}
@@ -258,10 +262,10 @@ const stageUndoTimeout = 30 * time.Second
 // volume's storage that is. node_unstage gets the volume's context from
 // the NodeStage request instead; if it fails too, the stage is recorded
 // without a device, so that NodeUnstage or a repeated NodeStage takes it
-// from there.
-func (s *Server) undoUnansweredStage(ctx context.Context, b *backend, rec *state.Stage) {
+// from there; undoUnansweredStage then reports true.
+func (s *Server) undoUnansweredStage(ctx context.Context, b *backend, rec *state.Stage) (recorded bool) {
 	if !b.has(abi.OpNodeUnstage) {
-		return
+		return false
 	}
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stageUndoTimeout)
 	defer cancel()
@@ -274,16 +278,23 @@ func (s *Server) undoUnansweredStage(ctx context.Context, b *backend, rec *state
 	mreq := abi.NodeUnstageRequest{Volume: nodeVolumeRef(rec.VolumeID, volCtx)}
 	err := b.call(hostcalls.WithMemo(uctx), abi.OpNodeUnstage, &mreq, &abi.Empty{})
 	if c := abi.CodeOf(err); err == nil || c == abi.InvalidArgument || c == abi.NotFound {
-		return
+		return false
 	}
 	s.log.Warn("undo a node_stage that was cut off: recording the stage for NodeUnstage to release", "volume", rec.VolumeID, "err", err)
-	if perr := s.store.PutStage(*rec); perr != nil {
+	partial := *rec
+	partial.VolumeContext = volCtx // what NodeUnstage passes node_unstage
+	if perr := s.store.PutStage(partial); perr != nil {
 		s.log.Error("record a stage that was cut off; what it set up stays until the volume is staged again", "volume", rec.VolumeID, "err", perr)
+		return false
 	}
+	return true
 }
 
-// release undoes node_stage after a failure.
+// release undoes node_stage after a failure, whatever the call's own
+// context: a step cut off by its deadline must still be undone.
 func (s *Server) release(ctx context.Context, b *backend, rec *state.Stage) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stageUndoTimeout)
+	defer cancel()
 	if err := s.node.Unmount(ctx, rec.StagingPath); err != nil {
 		s.log.Warn("unmount after failed stage", "path", rec.StagingPath, "err", err)
 	}
@@ -383,7 +394,15 @@ func (s *Server) unstage(ctx context.Context, rec *state.Stage) error {
 	mreq := abi.NodeUnstageRequest{Volume: nodeVolumeRef(rec.VolumeID, rec.VolumeContext), Device: rec.Device, Directory: rec.Directory, StageContext: rec.Context}
 	// The memo lets the module's host calls share what they learn (a
 	// loop device loop_find described, which loop_detach then detaches).
-	return b.call(hostcalls.WithMemo(ctx), abi.OpNodeUnstage, &mreq, &abi.Empty{})
+	err := b.call(hostcalls.WithMemo(ctx), abi.OpNodeUnstage, &mreq, &abi.Empty{})
+	if c := abi.CodeOf(err); rec.Device == "" && rec.Directory == "" && (c == abi.InvalidArgument || c == abi.NotFound) {
+		// A stage recorded after a cut-off node_stage names nothing;
+		// as for a volume with no record, the backend cannot tell
+		// what to release (unstageUnrecorded).
+		s.log.Info("node_unstage of a stage that names no device", "volume", rec.VolumeID, "err", err)
+		return nil
+	}
+	return err
 }
 
 // unstageUnrecorded lets the backend release what a NodeStage cut off by a

@@ -355,7 +355,7 @@ func (s *Server) snapshotPause(ctx context.Context, v *state.Volume) (*quiesce.T
 		// A raw block device cannot be paused here (device-mapper's are
 		// by their backend's own snapshot), but what the workload wrote
 		// to it before the call must be in the cut.
-		return nil, s.flushStaged(rec)
+		return nil, s.flushStaged(ctx, rec)
 	}
 	t, err := s.node.WritePause(rec.Device, rec.StagingPath, rec.Block, v.ID)
 	if err != nil || t == nil || t.Kind != quiesce.Filesystem {
@@ -394,22 +394,19 @@ func (s *Server) flushSource(ctx context.Context, v *state.Volume) error {
 	if err != nil || rec == nil {
 		return err
 	}
-	if rec.Block {
-		return s.flushStaged(rec)
-	}
-	if err := s.node.SyncFilesystem(rec.StagingPath); err != nil {
-		return abi.Errorf(abi.Unavailable, "volume %q: write out what its workload wrote before the clone: %v", v.ID, err)
-	}
-	return nil
+	return s.flushStaged(ctx, rec)
 }
 
-// flushStaged writes out the page cache of the raw block device of stage
-// rec, whose writes a snapshot cuts unpaused: a workload that holds the
-// device open leaves what it wrote there, out of reach of a clone or copy
-// of what backs the device.
-func (s *Server) flushStaged(rec *state.Stage) error {
-	if err := s.node.FlushDevice(rec.Device); err != nil {
-		return abi.Errorf(abi.Unavailable, "volume %q: write out what its workload wrote to %s before the snapshot: %v", rec.VolumeID, rec.Device, err)
+// flushStaged writes out what the page cache holds of stage rec (its raw
+// block device's own cache, or its filesystem's), which a snapshot or
+// clone cuts unpaused: a workload leaves its writes there, out of reach of
+// a clone or copy of what backs the device (node.Flush).
+func (s *Server) flushStaged(ctx context.Context, rec *state.Stage) error {
+	if err := s.node.Flush(ctx, rec.Device, rec.StagingPath, rec.Block); err != nil {
+		if c := abi.CodeOf(err); c == abi.DeadlineExceeded || c == abi.Canceled {
+			return err
+		}
+		return abi.Errorf(abi.Unavailable, "volume %q: write out what its workload wrote to %s before the cut: %v", rec.VolumeID, rec.Device, err)
 	}
 	return nil
 }

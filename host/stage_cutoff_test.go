@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/moby/sys/mountinfo"
 	"google.golang.org/grpc/codes"
 
 	"github.com/wasmcsi/wasmcsi/abi"
@@ -76,10 +77,11 @@ func TestCutOffStageLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The undo fails as well: the stage is recorded, and NodeUnstage
-	// releases it once it can.
+	// The undo fails as well: the stage is recorded, the call answers a
+	// code the CO counts as uncertain, and NodeUnstage releases the stage
+	// once it can.
 	touch(t, filepath.Join(ctl, "faildetach"))
-	wantCode(t, v.stage(ctx, d), codes.Internal, "injected")
+	wantCode(t, v.stage(ctx, d), codes.Unavailable, "partly staged", "injected")
 	if !attached(v.file) {
 		t.Fatal("the attach did not happen, so this test shows nothing")
 	}
@@ -96,12 +98,22 @@ func TestCutOffStageLeavesNothing(t *testing.T) {
 		t.Errorf("NodeUnstage left %s attached after a cut-off NodeStage", v.file)
 	}
 
-	// Not cut off, the stage goes on as ever.
+	// Recorded again, then a repeated NodeStage, no longer cut off,
+	// stages the volume for real.
+	touch(t, filepath.Join(ctl, "faildetach"))
+	wantCode(t, v.stage(ctx, d), codes.Unavailable, "partly staged")
+	os.Remove(filepath.Join(ctl, "faildetach"))
 	os.Remove(filepath.Join(ctl, "cut"))
 	if err := v.stage(ctx, d); err != nil {
-		t.Fatal(err)
+		t.Fatalf("NodeStage after a stage recorded without a device: %v", err)
+	}
+	if mounted, err := mountinfo.Mounted(v.staging); err != nil || !mounted {
+		t.Fatalf("staging path mounted %v, %v after the repeated NodeStage", mounted, err)
 	}
 	if err := unstage(); err != nil {
 		t.Fatal(err)
+	}
+	if attached(v.file) {
+		t.Errorf("NodeUnstage left %s attached", v.file)
 	}
 }

@@ -178,7 +178,8 @@ func (m *Module) keeps(inst *instance, op abi.Op) bool {
 // Reservation is an instance taken from a module's pool ahead of calls
 // that must not wait for one once they begin: a snapshot's cut, while the
 // volume's writes are paused. Its calls are Module.Call's on that
-// instance, one at a time. A call that discards the instance, or a call
+// instance, one at a time, on the version it was taken from, as calls in
+// flight during a reload are. A call that discards the instance, or a call
 // after Release, takes one from the pool as Module.Call does.
 type Reservation struct {
 	m    *Module

@@ -1,11 +1,14 @@
 package node
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
+	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls/dm"
 	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
 	"github.com/wasmcsi/wasmcsi/hostcalls/node/quiesce"
@@ -34,11 +37,41 @@ func (n *Node) WritePause(dev, stagingPath string, block bool, volume string) (*
 	return &quiesce.Target{Kind: quiesce.Filesystem, Path: stagingPath, Dev: st, Volume: volume}, nil
 }
 
-// FlushDevice writes out what the page cache holds of the block device
-// dev and has the device flush its own cache. A workload that keeps the
-// device open leaves its writes there (only the last close writes them
-// out), where a copy or clone of what backs the device does not see them.
-func (n *Node) FlushDevice(dev string) error {
+// Flush writes out what the page cache holds of the staged device dev:
+// for block access the device's own cache (a workload that keeps the
+// device open leaves its writes there; only its last close writes them
+// out), else the filesystem mounted from it at mountPath, data and
+// metadata. A copy or clone of what backs the device then holds them. A
+// device-mapper device is left alone: its backend's snapshot suspends it,
+// which writes it out, and a suspended one would hold the flush until it
+// is resumed. A flush the kernel cannot finish (a dead path) is abandoned
+// when ctx ends.
+func (n *Node) Flush(ctx context.Context, dev, mountPath string, block bool) error {
+	if _, mapped, err := dm.DeviceName(dev); err != nil || mapped {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() {
+		if block {
+			done <- flushDevice(dev)
+		} else {
+			done <- syncFilesystem(mountPath)
+		}
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		code := abi.DeadlineExceeded
+		if errors.Is(ctx.Err(), context.Canceled) {
+			code = abi.Canceled
+		}
+		return abi.Errorf(code, "write out %s: %v", dev, ctx.Err())
+	}
+}
+
+// flushDevice fsyncs the block device dev.
+func flushDevice(dev string) error {
 	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", dev, err)
@@ -57,9 +90,8 @@ func (n *Node) FlushDevice(dev string) error {
 	return nil
 }
 
-// SyncFilesystem writes out what the page cache holds of the filesystem
-// mounted at path, its data and its metadata.
-func (n *Node) SyncFilesystem(path string) error {
+// syncFilesystem syncfs the filesystem mounted at path.
+func syncFilesystem(path string) error {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", path, err)
