@@ -249,6 +249,55 @@ func TestSnapshotOfFrozenSource(t *testing.T) {
 	}
 }
 
+// TestSnapshotOfFrozenSourceThawedMidCut: a filesystem someone else froze
+// is cut as it is, but when they thaw it while the backend copies it (a
+// backup tool's hook that timed out), the copy may hold two moments: the
+// call fails ABORTED, and neither the cut, a record nor a journal stays.
+func TestSnapshotOfFrozenSourceThawedMidCut(t *testing.T) {
+	var staging atomic.Pointer[string]
+	hook := func() {
+		if p := staging.Load(); p != nil {
+			fs.Thaw(*p, 0) // the owner's thaw, mid-copy
+		}
+	}
+	d := faultyLoopfileDaemon(t, t.TempDir(), hook, 30*time.Second)
+	ctx := callCtx(t)
+	v := newLoopVolume(t, d, "thawed-b", false)
+	if err := v.stage(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Freeze(v.staging, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Thaw(v.staging, 0) })
+	staging.Store(&v.staging)
+	_, err := d.controller().CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "thawed-1", SourceVolumeId: v.vol.GetVolumeId()})
+	wantCode(t, err, codes.Aborted, "thawed")
+	if n := snapshotsOf(t, d, v); n != 0 {
+		t.Errorf("%d snapshots recorded of a cut whose freeze ended mid-copy", n)
+	}
+	if snaps, err := filepath.Glob(filepath.Join(filepath.Dir(v.file), "*.snap")); err != nil || len(snaps) != 0 {
+		t.Errorf("the pool keeps the cut: %v, %v", snaps, err)
+	}
+	if j, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "quiesce-snapshots")); err != nil || len(j) != 0 {
+		t.Errorf("snapshot journals after the aborted cut: %v, %v; want none", j, err)
+	}
+	if was, err := fs.Thaw(v.staging, 0); err != nil || was {
+		t.Errorf("the filesystem after the aborted cut: frozen %v, %v; want thawed, as its owner left it", was, err)
+	}
+	// Frozen again and left so, the retry is cut.
+	staging.Store(nil)
+	if err := fs.Freeze(v.staging, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.controller().CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "thawed-1", SourceVolumeId: v.vol.GetVolumeId()}); err != nil {
+		t.Fatalf("the retry, with the filesystem frozen throughout: %v", err)
+	}
+	if was, err := fs.Thaw(v.staging, 0); err != nil || !was {
+		t.Errorf("the filesystem after the retry: frozen %v, %v; want still frozen by its owner", was, err)
+	}
+}
+
 // signal is a faultyClone hook that reports, without waiting, each clone
 // of a "-b-" volume's file beginning: for a paused cut, once the writes
 // are paused.

@@ -15,6 +15,7 @@ import (
 	"github.com/wasmcsi/wasmcsi/host/config"
 	"github.com/wasmcsi/wasmcsi/host/state"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
 	"github.com/wasmcsi/wasmcsi/hostcalls/node/quiesce"
 )
 
@@ -194,6 +195,9 @@ func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, m
 	hold, err := quiesce.Pause(ctx, targets, s.cfg.GroupSnapshot.FreezeTimeout, s.log)
 	if err != nil {
 		// Pause resumed whatever it had paused before it failed.
+		if fe := (*fs.FrozenElsewhere)(nil); errors.As(err, &fe) {
+			return s.cutFrozenElsewhere(ctx, b, v, mreq, resp, target)
+		}
 		s.dropSnapJournal(name)
 		if abi.CodeOf(err) != abi.FailedPrecondition {
 			return false, abi.Errorf(abi.Unavailable, "snapshot %q: pause the writes of volume %q: %v", name, v.ID, err)
@@ -257,6 +261,39 @@ func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, m
 	}
 	s.dropSnapJournal(name)
 	return false, abi.Errorf(abi.CodeOf(herr), "%s", msg)
+}
+
+// cutFrozenElsewhere cuts a snapshot of v, whose filesystem someone else
+// (a backup tool's pre-hook) holds frozen: quiesced already, and theirs to
+// thaw. Their thaw during the cut would leave a copy of two moments, so the
+// filesystem must still be frozen once the cut is made; if it is not, or
+// that cannot be told, the cut is removed and the call fails ABORTED for
+// the CO to retry. Meanwhile the journal holds no target (resuming it
+// would end their freeze) and says that an unpaused cut may need removing.
+func (s *Server) cutFrozenElsewhere(ctx context.Context, b *backend, v *state.Volume, mreq *abi.CreateSnapshotRequest, resp *abi.CreateSnapshotResponse, target *quiesce.Target) (journaled bool, err error) {
+	name := mreq.Name
+	if err := s.snapJournals.Write(quiesce.Journal{Group: name, Sources: []string{v.ID}, Parameters: mreq.Parameters, Unpaused: true}); err != nil {
+		return false, err
+	}
+	s.log.Info("snapshot cut in the freeze of whoever froze its source", "volume", v.ID, "snapshot", name, "target", target.String())
+	if err := b.call(ctx, abi.OpCreateSnapshot, mreq, resp); err != nil {
+		s.dropSnapJournal(name) // a failed create_snapshot leaves nothing (abi/ABI.md)
+		return false, err
+	}
+	still, cerr := fs.StillFrozen(target.Path, target.Dev)
+	if cerr == nil && still {
+		return true, nil
+	}
+	why := fmt.Sprintf("the filesystem of volume %q was thawed by whoever froze it while it was cut, so the cut may hold two moments", v.ID)
+	if cerr != nil {
+		why = fmt.Sprintf("whether the filesystem of volume %q stayed frozen while it was cut cannot be told (%v)", v.ID, cerr)
+	}
+	if derr := s.dropCut(context.WithoutCancel(ctx), b, v, name, resp); derr != nil {
+		s.log.Error("remove a snapshot cut while its source's writes were not paused; the next attempt tries again", "volume", v.ID, "snapshot", name, "err", derr)
+		return false, abi.Errorf(abi.Unavailable, "snapshot %q: %s; what was cut could not be removed yet (%v): the next attempt removes it first", name, why, derr)
+	}
+	s.dropSnapJournal(name)
+	return false, abi.Errorf(abi.Aborted, "snapshot %q: %s; it was removed: try again", name, why)
 }
 
 func (s *Server) dropSnapJournal(name string) {

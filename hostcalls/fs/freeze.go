@@ -41,13 +41,37 @@ func Freeze(path string, dev uint64) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, unix.EBUSY):
-		return abi.Errorf(abi.FailedPrecondition, "freeze %s: the filesystem is already frozen by someone else", path)
+		return &FrozenElsewhere{abi.Errorf(abi.FailedPrecondition, "freeze %s: the filesystem is already frozen by someone else", path)}
 	case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENOTTY), errors.Is(err, unix.EINVAL):
 		return abi.Errorf(abi.FailedPrecondition, "freeze %s: the filesystem cannot be frozen (%v)", path, err)
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
 		return abi.Errorf(abi.PermissionDenied, "freeze %s: %v", path, err)
 	}
 	return abi.Errorf(abi.Internal, "freeze %s: %v", path, err)
+}
+
+// FrozenElsewhere is Freeze's error (FailedPrecondition) for a filesystem
+// someone else has frozen.
+type FrozenElsewhere struct{ err *abi.Error }
+
+func (e *FrozenElsewhere) Error() string { return e.err.Error() }
+func (e *FrozenElsewhere) Unwrap() error { return e.err }
+
+// StillFrozen reports whether someone else still holds the filesystem at
+// path (of device number dev) frozen. Asking freezes it when they no
+// longer do, and thaws it again at once.
+func StillFrozen(path string, dev uint64) (bool, error) {
+	err := Freeze(path, dev)
+	if err == nil {
+		if _, terr := Thaw(path, dev); terr != nil {
+			return false, terr
+		}
+		return false, nil
+	}
+	if fe := (*FrozenElsewhere)(nil); errors.As(err, &fe) {
+		return true, nil
+	}
+	return false, err
 }
 
 // Thaw thaws the filesystem that holds path when it is the one of device
