@@ -273,6 +273,9 @@ func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, m
 func (s *Server) cutFrozenElsewhere(ctx context.Context, b *backend, v *state.Volume, mreq *abi.CreateSnapshotRequest, resp *abi.CreateSnapshotResponse, target *quiesce.Target) (journaled bool, err error) {
 	name := mreq.Name
 	if err := s.snapJournals.Write(quiesce.Journal{Group: name, Sources: []string{v.ID}, Parameters: mreq.Parameters, Unpaused: true}); err != nil {
+		// The journal written before the freeze names the target, which
+		// a retry or start would resume, ending their freeze.
+		s.dropSnapJournal(name)
 		return false, err
 	}
 	s.log.Info("snapshot cut in the freeze of whoever froze its source", "volume", v.ID, "snapshot", name, "target", target.String())
@@ -280,7 +283,7 @@ func (s *Server) cutFrozenElsewhere(ctx context.Context, b *backend, v *state.Vo
 		s.dropSnapJournal(name) // a failed create_snapshot leaves nothing (abi/ABI.md)
 		return false, err
 	}
-	still, cerr := fs.StillFrozen(target.Path, target.Dev)
+	still, stuck, cerr := s.stillFrozenElsewhere(ctx, target)
 	if cerr == nil && still {
 		return true, nil
 	}
@@ -288,12 +291,40 @@ func (s *Server) cutFrozenElsewhere(ctx context.Context, b *backend, v *state.Vo
 	if cerr != nil {
 		why = fmt.Sprintf("whether the filesystem of volume %q stayed frozen while it was cut cannot be told (%v)", v.ID, cerr)
 	}
-	if derr := s.dropCut(context.WithoutCancel(ctx), b, v, name, resp); derr != nil {
+	derr := s.dropCut(context.WithoutCancel(ctx), b, v, name, resp)
+	if stuck {
+		// The look froze it and could not thaw it: the journal names
+		// it again, for the next attempt and start to resume.
+		j := quiesce.Journal{Group: name, Sources: []string{v.ID}, Parameters: mreq.Parameters, Targets: []quiesce.Target{*target}, Unpaused: derr != nil}
+		if werr := s.snapJournals.Write(j); werr != nil {
+			s.log.Error("journal a freeze that could not be thawed; its guardian tries once more", "snapshot", name, "err", werr)
+		}
+		return false, abi.Errorf(abi.Unavailable, "snapshot %q: %s; the filesystem, frozen to tell, could not be thawed: the next attempt resumes it", name, why)
+	}
+	if derr != nil {
 		s.log.Error("remove a snapshot cut while its source's writes were not paused; the next attempt tries again", "volume", v.ID, "snapshot", name, "err", derr)
 		return false, abi.Errorf(abi.Unavailable, "snapshot %q: %s; what was cut could not be removed yet (%v): the next attempt removes it first", name, why, derr)
 	}
 	s.dropSnapJournal(name)
 	return false, abi.Errorf(abi.Aborted, "snapshot %q: %s; it was removed: try again", name, why)
+}
+
+// stillFrozenElsewhere reports whether someone else still holds target
+// frozen, by trying to freeze it: that fails while they do. The try goes
+// through quiesce.Pause, whose guardian thaws it should the daemon die
+// holding it, and what it froze it thaws at once; stuck reports that this
+// thaw failed (the guardian tries once more). It cannot see a thaw and a
+// new freeze both made during the cut.
+func (s *Server) stillFrozenElsewhere(ctx context.Context, target *quiesce.Target) (still, stuck bool, err error) {
+	hold, err := quiesce.Pause(context.WithoutCancel(ctx), []quiesce.Target{*target}, s.cfg.GroupSnapshot.FreezeTimeout, s.log)
+	if fe := (*fs.FrozenElsewhere)(nil); errors.As(err, &fe) {
+		return true, false, nil
+	}
+	if err != nil {
+		return false, false, err
+	}
+	hold.Release()
+	return false, !hold.Resumed(), nil
 }
 
 func (s *Server) dropSnapJournal(name string) {
@@ -341,7 +372,9 @@ func (s *Server) undoDeadSnapshot(ctx context.Context, name string, held ...stri
 	}
 	for _, src := range j.Sources {
 		// The cut exists (its removal failed), so asking for it by name
-		// answers it at once. A backend that no longer answers the name
+		// answers it at once; after a crash during a cut in someone
+		// else's freeze it may not, and the backend cuts it anew only to
+		// have it removed. A backend that no longer answers the name
 		// (NOT_FOUND, INVALID_ARGUMENT) has nothing under it to remove.
 		err := s.dropUnrecorded(context.WithoutCancel(ctx), src, name, j.Parameters)
 		if c := abi.CodeOf(err); c == abi.NotFound || c == abi.InvalidArgument {

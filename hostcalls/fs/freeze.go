@@ -57,23 +57,6 @@ type FrozenElsewhere struct{ err *abi.Error }
 func (e *FrozenElsewhere) Error() string { return e.err.Error() }
 func (e *FrozenElsewhere) Unwrap() error { return e.err }
 
-// StillFrozen reports whether someone else still holds the filesystem at
-// path (of device number dev) frozen. Asking freezes it when they no
-// longer do, and thaws it again at once.
-func StillFrozen(path string, dev uint64) (bool, error) {
-	err := Freeze(path, dev)
-	if err == nil {
-		if _, terr := Thaw(path, dev); terr != nil {
-			return false, terr
-		}
-		return false, nil
-	}
-	if fe := (*FrozenElsewhere)(nil); errors.As(err, &fe) {
-		return true, nil
-	}
-	return false, err
-}
-
 // Thaw thaws the filesystem that holds path when it is the one of device
 // number dev (any, when dev is 0) and reports whether it was frozen. A
 // filesystem that is not frozen, or not there any more, is no error: Thaw is

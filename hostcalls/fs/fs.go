@@ -276,10 +276,10 @@ func Grow(ctx context.Context, device, mountPath, fstype string) error {
 	if _, err := kindOf(fstype); err != nil {
 		return fmt.Errorf("grow %s: %w", device, err)
 	}
-	if err := checkDevice(device); err != nil {
-		return fmt.Errorf("grow %s: %w", device, err)
-	}
 	if mountPath == "" && fstype == Ext4 {
+		if err := checkDevice(device); err != nil {
+			return fmt.Errorf("grow %s: %w", device, err)
+		}
 		if err := preen(ctx, device); err != nil {
 			return fmt.Errorf("grow %s %s offline: %w", fstype, device, err)
 		}
@@ -289,6 +289,9 @@ func Grow(ctx context.Context, device, mountPath, fstype string) error {
 		return nil
 	}
 	if err := checkMountPath(mountPath); err != nil {
+		return fmt.Errorf("grow %s: %w", device, err)
+	}
+	if err := checkDevice(device); err != nil {
 		return fmt.Errorf("grow %s: %w", device, err)
 	}
 	if err := growOnline(ctx, device, mountPath, fstype); err != nil {

@@ -66,9 +66,23 @@ func growOnline(ctx context.Context, device, mountPath, fstype string) error {
 	if fstype == Btrfs {
 		// "max" grows device 1, the only one of a volume's filesystem,
 		// to its size; btrfs finds the device itself.
+		var st unix.Statfs_t
+		if err := unix.Fstatfs(fd, &st); err != nil {
+			return fmt.Errorf("statfs %s: %w", mountPath, err)
+		}
+		if st.Type != unix.BTRFS_SUPER_MAGIC {
+			return abi.Errorf(abi.FailedPrecondition, "%s is not a btrfs filesystem", mountPath)
+		}
 		var args btrfsVolArgs
 		copy(args.Name[:], "max")
-		return ioctlErr("BTRFS_IOC_RESIZE max", ioctlPtr(fd, btrfsResize, unsafe.Pointer(&args)))
+		r, err := ioctlRet(fd, btrfsResize, unsafe.Pointer(&args))
+		if err == nil && r > 0 {
+			// A positive answer is btrfs's own error: another
+			// exclusive operation (balance, device add or remove,
+			// another resize) runs.
+			return abi.Errorf(abi.Aborted, "BTRFS_IOC_RESIZE max: another exclusive operation runs on the filesystem (btrfs error %d); try again", r)
+		}
+		return ioctlErr("BTRFS_IOC_RESIZE max", err)
 	}
 	// The filesystem at mountPath must be the one on device: its size
 	// is what the filesystem grows to.
@@ -121,7 +135,7 @@ func growOnline(ctx context.Context, device, mountPath, fstype string) error {
 			return err
 		}
 		// xfs_growfs's count: the device's, less a last allocation
-		// group under 64 blocks, which the kernel would refuse.
+		// group under 64 blocks, which the kernel would not add.
 		blocks := uint64(size) / uint64(geo.BlockSize)
 		if rem := blocks % uint64(max(geo.AgBlocks, 1)); rem != 0 && rem < 64 {
 			blocks -= rem
@@ -150,11 +164,17 @@ func blockDeviceSize(device string) (int64, error) {
 }
 
 func ioctlPtr(fd int, req uint, arg unsafe.Pointer) error {
-	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(arg))
+	_, err := ioctlRet(fd, req, arg)
+	return err
+}
+
+// ioctlRet is ioctlPtr with the ioctl's return value.
+func ioctlRet(fd int, req uint, arg unsafe.Pointer) (int, error) {
+	r, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(req), uintptr(arg))
 	if e != 0 {
-		return e
+		return 0, e
 	}
-	return nil
+	return int(r), nil
 }
 
 // ioctlErr gives a failed resize ioctl the code its cause names.
@@ -168,6 +188,8 @@ func ioctlErr(what string, err error) error {
 		return abi.Errorf(abi.FailedPrecondition, "%s: the filesystem cannot grow online: %v", what, err)
 	case errors.Is(err, unix.ENOSPC):
 		return abi.Errorf(abi.ResourceExhausted, "%s: %v", what, err)
+	case errors.Is(err, unix.EBUSY), errors.Is(err, unix.EAGAIN):
+		return abi.Errorf(abi.Aborted, "%s: another resize runs: %v", what, err)
 	}
 	return abi.Errorf(abi.Internal, "%s: %v", what, err)
 }

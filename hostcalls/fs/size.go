@@ -43,7 +43,8 @@ func (s Size) Growable() bool { return s.GrowBytes-s.Bytes >= minGrowth }
 const superblockBytes = 64<<10 + 4<<10
 
 // ReadSize reads the superblock of the ext4, xfs or btrfs filesystem on an
-// unmounted device, in process. ok is false when the device holds none of
+// unmounted device, in process (of a mounted ext4 too: its superblock
+// lives in the device's page cache, which the read goes through). ok is false when the device holds none of
 // them (or an ext2/ext3 without the features this package grows, or a
 // btrfs spanning several devices). Inspect reports the same along with
 // its probe, from the same read.
