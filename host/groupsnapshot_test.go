@@ -499,9 +499,7 @@ func TestGroupSnapshotFreezeDeadline(t *testing.T) {
 	d := faultyLoopfileDaemon(t, ctl, nil, freeze)
 	a, b, w := inUse(t, d, "gd")
 	w.progress(t, 20, 20*time.Second)
-	hang := filepath.Join(ctl, "hang")
-	touch(t, hang)
-	t.Cleanup(func() { os.Remove(hang) })
+	hang := hangCuts(t, ctl)
 
 	start := time.Now()
 	errc := make(chan error, 1)

@@ -271,9 +271,7 @@ func (s *Server) undoUnansweredStage(ctx context.Context, b *backend, rec *state
 	defer cancel()
 	volCtx := rec.VolumeContext
 	if len(volCtx) == 0 {
-		if v, err := s.store.GetVolume(rec.VolumeID); err == nil {
-			volCtx = v.Context // a CO that passes none, where this daemon is the controller too
-		}
+		volCtx = s.controllerContext(rec.VolumeID) // a CO that passes none
 	}
 	mreq := abi.NodeUnstageRequest{Volume: nodeVolumeRef(rec.VolumeID, volCtx)}
 	err := b.call(hostcalls.WithMemo(uctx), abi.OpNodeUnstage, &mreq, &abi.Empty{})
@@ -334,13 +332,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 			return nil, err
 		}
 		if b != nil {
-			// The volume's context is known where this daemon is its
-			// controller too.
-			var volCtx map[string]string
-			if v, err := s.store.GetVolume(id); err == nil {
-				volCtx = v.Context
-			}
-			if err := s.unstageUnrecorded(ctx, b, id, volCtx); err != nil {
+			if err := s.unstageUnrecorded(ctx, b, id, s.controllerContext(id)); err != nil {
 				return nil, err
 			}
 		}
@@ -391,18 +383,24 @@ func (s *Server) unstage(ctx context.Context, rec *state.Stage) error {
 	if !b.has(abi.OpNodeUnstage) {
 		return nil
 	}
+	if rec.Device == "" && rec.Directory == "" {
+		// A stage recorded after a cut-off node_stage names nothing,
+		// as a volume with no record does.
+		return s.unstageUnrecorded(ctx, b, rec.VolumeID, rec.VolumeContext)
+	}
 	mreq := abi.NodeUnstageRequest{Volume: nodeVolumeRef(rec.VolumeID, rec.VolumeContext), Device: rec.Device, Directory: rec.Directory, StageContext: rec.Context}
 	// The memo lets the module's host calls share what they learn (a
 	// loop device loop_find described, which loop_detach then detaches).
-	err := b.call(hostcalls.WithMemo(ctx), abi.OpNodeUnstage, &mreq, &abi.Empty{})
-	if c := abi.CodeOf(err); rec.Device == "" && rec.Directory == "" && (c == abi.InvalidArgument || c == abi.NotFound) {
-		// A stage recorded after a cut-off node_stage names nothing;
-		// as for a volume with no record, the backend cannot tell
-		// what to release (unstageUnrecorded).
-		s.log.Info("node_unstage of a stage that names no device", "volume", rec.VolumeID, "err", err)
-		return nil
+	return b.call(hostcalls.WithMemo(ctx), abi.OpNodeUnstage, &mreq, &abi.Empty{})
+}
+
+// controllerContext returns the context of volume id where this daemon
+// is its controller too, else nil.
+func (s *Server) controllerContext(id string) map[string]string {
+	if v, err := s.store.GetVolume(id); err == nil {
+		return v.Context
 	}
-	return err
+	return nil
 }
 
 // unstageUnrecorded lets the backend release what a NodeStage cut off by a

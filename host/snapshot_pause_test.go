@@ -84,14 +84,8 @@ func TestSnapshotPauseDeadline(t *testing.T) {
 	cutting := make(chan struct{}, 1)
 	d := faultyLoopfileDaemon(t, ctl, signal(cutting), freeze)
 	v := publishedVolume(t, d, "late-b")
-	hang := filepath.Join(ctl, "hang")
-	touch(t, hang)
-	t.Cleanup(func() { os.Remove(hang) })
-	errc := make(chan error, 1)
-	go func() {
-		_, err := d.controller().CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "late", SourceVolumeId: v.vol.GetVolumeId()})
-		errc <- err
-	}()
+	hang := hangCuts(t, ctl)
+	errc := snapshotAsync(t, d, "late", v)
 	// The copy begins with the filesystem frozen; a write then stalls,
 	// and goes on once the hold runs out, with the copy still hung.
 	waitSignal(t, cutting, "the cut to begin")
@@ -539,14 +533,8 @@ func TestSnapshotPauseTakesAnInstanceFirst(t *testing.T) {
 	})
 	releaseUnder(t, filepath.Dir(d.pool))
 	busy, free := publishedVolume(t, d, "busy-b"), publishedVolume(t, d, "free")
-	hang := filepath.Join(ctl, "hang")
-	touch(t, hang)
-	t.Cleanup(func() { os.Remove(hang) })
-	first := make(chan error, 1)
-	go func() {
-		_, err := d.controller().CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: "busy-1", SourceVolumeId: busy.vol.GetVolumeId()})
-		first <- err
-	}()
+	hang := hangCuts(t, ctl)
+	first := snapshotAsync(t, d, "busy-1", busy)
 	waitSignal(t, cutting, "the first cut to hold the module's only instance")
 	for _, group := range []bool{false, true} {
 		second := make(chan error, 1)
@@ -590,4 +578,24 @@ func TestSnapshotPauseTakesAnInstanceFirst(t *testing.T) {
 	if j, err := os.ReadDir(filepath.Join(d.cfg.StateDir, "quiesce-snapshots")); err != nil || len(j) != 0 {
 		t.Errorf("snapshot journals after both calls: %v, %v; want none", j, err)
 	}
+}
+
+// hangCuts makes faultyClone hang every cut of a "-b-" volume until the
+// returned file is removed (at the latest when the test ends).
+func hangCuts(t *testing.T, ctl string) string {
+	t.Helper()
+	hang := filepath.Join(ctl, "hang")
+	touch(t, hang)
+	t.Cleanup(func() { os.Remove(hang) })
+	return hang
+}
+
+// snapshotAsync starts CreateSnapshot name of v and returns its result.
+func snapshotAsync(t *testing.T, d *daemon, name string, v *loopVolume) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		_, err := d.controller().CreateSnapshot(callCtx(t), &csi.CreateSnapshotRequest{Name: name, SourceVolumeId: v.vol.GetVolumeId()})
+		errc <- err
+	}()
+	return errc
 }

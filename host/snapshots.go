@@ -251,16 +251,27 @@ func (s *Server) cutSnapshot(ctx context.Context, b *backend, v *state.Volume, m
 	// later (abi/ABI.md): a copy it could not finish within its deadline
 	// is never put in place. One that answered is removed through its
 	// answer.
-	var derr error
+	var answered *abi.CreateSnapshotResponse
 	if err == nil {
-		derr = s.dropCut(context.WithoutCancel(ctx), b, v, name, resp)
+		answered = resp
 	}
-	if derr != nil {
-		s.log.Error("remove a snapshot cut while its source's writes were not paused; the next attempt tries again", "volume", v.ID, "snapshot", name, "err", derr)
-		return false, abi.Errorf(abi.Unavailable, "%s; what was cut could not be removed yet (%v): the next attempt removes it first", msg, derr)
+	return false, s.removeUnpausedCut(ctx, b, v, name, answered, abi.CodeOf(herr), msg)
+}
+
+// removeUnpausedCut removes the cut a create_snapshot of name answered
+// (none when resp is nil) while v's writes were not paused, drops the
+// journal and fails the call with code and msg. If the removal fails, the
+// journal stays for the next attempt to remove the cut first, and the call
+// is UNAVAILABLE.
+func (s *Server) removeUnpausedCut(ctx context.Context, b *backend, v *state.Volume, name string, resp *abi.CreateSnapshotResponse, code abi.Code, msg string) error {
+	if resp != nil {
+		if derr := s.dropCut(context.WithoutCancel(ctx), b, v, name, resp); derr != nil {
+			s.log.Error("remove a snapshot cut while its source's writes were not paused; the next attempt tries again", "volume", v.ID, "snapshot", name, "err", derr)
+			return abi.Errorf(abi.Unavailable, "%s; what was cut could not be removed yet (%v): the next attempt removes it first", msg, derr)
+		}
 	}
 	s.dropSnapJournal(name)
-	return false, abi.Errorf(abi.CodeOf(herr), "%s", msg)
+	return abi.Errorf(code, "%s", msg)
 }
 
 // cutFrozenElsewhere cuts a snapshot of v, whose filesystem someone else
@@ -291,22 +302,17 @@ func (s *Server) cutFrozenElsewhere(ctx context.Context, b *backend, v *state.Vo
 	if cerr != nil {
 		why = fmt.Sprintf("whether the filesystem of volume %q stayed frozen while it was cut cannot be told (%v)", v.ID, cerr)
 	}
-	derr := s.dropCut(context.WithoutCancel(ctx), b, v, name, resp)
 	if stuck {
 		// The look froze it and could not thaw it: the journal names
 		// it again, for the next attempt and start to resume.
+		derr := s.dropCut(context.WithoutCancel(ctx), b, v, name, resp)
 		j := quiesce.Journal{Group: name, Sources: []string{v.ID}, Parameters: mreq.Parameters, Targets: []quiesce.Target{*target}, Unpaused: derr != nil}
 		if werr := s.snapJournals.Write(j); werr != nil {
 			s.log.Error("journal a freeze that could not be thawed; its guardian tries once more", "snapshot", name, "err", werr)
 		}
 		return false, abi.Errorf(abi.Unavailable, "snapshot %q: %s; the filesystem, frozen to tell, could not be thawed: the next attempt resumes it", name, why)
 	}
-	if derr != nil {
-		s.log.Error("remove a snapshot cut while its source's writes were not paused; the next attempt tries again", "volume", v.ID, "snapshot", name, "err", derr)
-		return false, abi.Errorf(abi.Unavailable, "snapshot %q: %s; what was cut could not be removed yet (%v): the next attempt removes it first", name, why, derr)
-	}
-	s.dropSnapJournal(name)
-	return false, abi.Errorf(abi.Aborted, "snapshot %q: %s; it was removed: try again", name, why)
+	return false, s.removeUnpausedCut(ctx, b, v, name, resp, abi.Aborted, fmt.Sprintf("snapshot %q: %s; try again", name, why))
 }
 
 // stillFrozenElsewhere reports whether someone else still holds target

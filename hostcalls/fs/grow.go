@@ -130,7 +130,7 @@ func growOnline(ctx context.Context, device, mountPath, fstype string) error {
 		if geo.BlockSize == 0 {
 			return abi.Errorf(abi.Internal, "xfs geometry of %s: block size 0", mountPath)
 		}
-		size, err := blockDeviceSize(device)
+		size, err := DeviceSize(ctx, device)
 		if err != nil {
 			return err
 		}
@@ -147,20 +147,6 @@ func growOnline(ctx context.Context, device, mountPath, fstype string) error {
 		return ioctlErr("XFS_IOC_FSGROWFSDATA", ioctlPtr(fd, xfsGrowData, unsafe.Pointer(&in)))
 	}
 	return abi.Errorf(abi.InvalidArgument, "cannot grow %s online", fstype)
-}
-
-// blockDeviceSize is the size in bytes of device (BLKGETSIZE64).
-func blockDeviceSize(device string) (int64, error) {
-	fd, err := unix.Open(device, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return 0, fmt.Errorf("open %s: %w", device, err)
-	}
-	defer unix.Close(fd)
-	var size uint64
-	if err := ioctlPtr(fd, unix.BLKGETSIZE64, unsafe.Pointer(&size)); err != nil {
-		return 0, fmt.Errorf("size of %s: BLKGETSIZE64: %w", device, err)
-	}
-	return int64(size), nil
 }
 
 func ioctlPtr(fd int, req uint, arg unsafe.Pointer) error {
