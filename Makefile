@@ -9,6 +9,7 @@
 #   make bench      benchmarks: module calls, CSI operation rates, primitives
 #   make bench-sidebyside  wasmcsi and csi-driver-host-path measured in alternating rounds; ratios (root)
 #   make bench-scale  costs with 100 and 10,000 volumes in one run: CreateVolume, ListVolumes, start-up, memory (root)
+#   make bench-datapath  fio against published volumes and their floors, interleaved; ratios (root)
 #   make lint       gofmt, go vet, staticcheck
 #   make tinygo     print the TinyGo wrapper (built and cached on first use)
 
@@ -32,7 +33,7 @@ BENCHTIME ?= 1s
 SCALE_COUNT ?= 1
 KILLS    ?= 1000
 
-.PHONY: all build modules modules-tinygo run test sanity test-vm test-nomad test-k8s crash bench bench-sidebyside bench-scale lint tinygo clean
+.PHONY: all build modules modules-tinygo run test sanity test-vm test-nomad test-k8s crash bench bench-sidebyside bench-scale bench-datapath lint tinygo clean
 
 all: build
 
@@ -107,6 +108,17 @@ bench-scale:
 # or skipped with the reason. SIDEBYSIDE_FLAGS, e.g. -rounds 5 -duration 3s.
 bench-sidebyside: build
 	cd cmd/sidebyside && $(GO) run . -repo $(CURDIR) $(SIDEBYSIDE_FLAGS)
+
+# fio (Debian's package, installed with apt-get when missing) against a
+# published loopfile block, loopfile mount and localdir mount volume and
+# against each one's floor on the pool's filesystem, interleaved (about
+# 6 minutes). DATAPATH_FLAGS, e.g. -rounds 3 -runtime 20s.
+bench-datapath: build
+	@if [ "$$(id -u)" = 0 ] && ! command -v fio >/dev/null; then \
+		echo "bench-datapath: apt-get install fio"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fio; \
+	fi
+	$(GO) run ./cmd/datapath -repo $(CURDIR) $(DATAPATH_FLAGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
