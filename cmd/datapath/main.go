@@ -48,13 +48,16 @@ import (
 
 type config struct {
 	repo     string
-	fio      string
+	fioPath  string
 	rounds   int
 	runtime  time.Duration
 	volSize  int64
 	fileSize int64
 	only     string
 	jobs     string
+	fio      bool
+	burst    int
+	clients  int
 }
 
 func main() {
@@ -66,6 +69,9 @@ func main() {
 	file := flag.Int("file-mib", 1024, "size in MiB of the file fio uses on mount volumes and of the mount floors")
 	flag.StringVar(&cfg.only, "volumes", "", "comma-separated subset of: loopfile-block, loopfile-mount, localdir-mount")
 	flag.StringVar(&cfg.jobs, "jobs", "", "comma-separated subset of job names, e.g. '4k randread QD32'")
+	flag.BoolVar(&cfg.fio, "fio", true, "run the fio jobs")
+	flag.IntVar(&cfg.burst, "burst", 100, "volumes of the node burst (0: none)")
+	flag.IntVar(&cfg.clients, "clients", 16, "concurrent clients of the node burst")
 	flag.Parse()
 	cfg.volSize, cfg.fileSize = int64(*size)<<20, int64(*file)<<20
 
@@ -73,12 +79,14 @@ func main() {
 		fmt.Println("datapath: skipped: publishing volumes needs root (mounts, loop devices)")
 		return
 	}
-	fio, err := exec.LookPath("fio")
-	if err != nil {
-		fmt.Println("datapath: skipped: fio is not installed (Debian: apt-get install fio)")
-		return
+	if cfg.fio {
+		fio, err := exec.LookPath("fio")
+		if err != nil {
+			fmt.Println("datapath: skipped: fio is not installed (Debian: apt-get install fio)")
+			return
+		}
+		cfg.fioPath = fio
 	}
-	cfg.fio = fio
 	if cfg.fileSize > cfg.volSize*3/4 {
 		fmt.Fprintln(os.Stderr, "datapath: -file-mib must leave a quarter of the volume to the filesystem")
 		os.Exit(2)
@@ -117,6 +125,21 @@ func run(ctx context.Context, cfg config) (err error) {
 		return err
 	}
 
+	if cfg.fio {
+		if err := runJobs(ctx, d, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.burst > 0 {
+		if err := runBurst(ctx, d, cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runJobs measures every fio job on every volume kind against its floor.
+func runJobs(ctx context.Context, d *daemon, cfg config) (err error) {
 	vols, err := setup(ctx, d, cfg)
 	if err != nil {
 		return err
@@ -150,10 +173,10 @@ func run(ctx context.Context, cfg config) (err error) {
 					first, second = second, first
 					fileA, fileB = fileB, fileA
 				}
-				if *first, err = runFio(ctx, cfg.fio, j, fileA, v.size, cfg.runtime); err != nil {
+				if *first, err = runFio(ctx, cfg.fioPath, j, fileA, v.size, cfg.runtime); err != nil {
 					return err
 				}
-				if *second, err = runFio(ctx, cfg.fio, j, fileB, v.size, cfg.runtime); err != nil {
+				if *second, err = runFio(ctx, cfg.fioPath, j, fileB, v.size, cfg.runtime); err != nil {
 					return err
 				}
 				results[vi][ji] = append(results[vi][ji], p)
@@ -177,6 +200,33 @@ func run(ctx context.Context, cfg config) (err error) {
 			fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", v.name, j.name, summary(fs, j), summary(vs, j), ratioRange(thr), ratioRange(p99))
 		}
 	}
+	return nil
+}
+
+// runBurst measures the node burst against its floor.
+func runBurst(ctx context.Context, d *daemon, cfg config) error {
+	fmt.Printf("\ndatapath: node burst: %d loopfile ext4 volumes, %d clients; load average %s\n", cfg.burst, cfg.clients, loadavg())
+	ids, floors, err := burstVolumes(ctx, d, cfg.burst)
+	if err != nil {
+		return fmt.Errorf("node burst: %w", err)
+	}
+	var ws, fs, rs []float64
+	for r := 0; r < cfg.rounds; r++ {
+		w, err := burstDaemon(ctx, d, ids, cfg.clients)
+		if err != nil {
+			return fmt.Errorf("node burst: round %d: %w", r+1, err)
+		}
+		f, err := burstFloor(filepath.Join(d.dir, "burst", "floor"), floors, cfg.clients)
+		if err != nil {
+			return fmt.Errorf("node burst floor: round %d: %w", r+1, err)
+		}
+		ws, fs, rs = append(ws, w.Seconds()*1e3), append(fs, f.Seconds()*1e3), append(rs, ratio(w.Seconds(), f.Seconds()))
+		fmt.Printf("  round %d: wasmcsi %.0f ms, floor %.0f ms, %.2f×; load average %s\n", r+1, ws[r], fs[r], rs[r], loadavg())
+	}
+	wlo, whi := minmax(ws)
+	flo, fhi := minmax(fs)
+	fmt.Printf("\n| node burst | floor (syscalls) | wasmcsi (NodeStage+NodePublish) | ratio |\n| --- | --- | --- | --- |\n")
+	fmt.Printf("| %d volumes, %d clients | %.0f ms (%.0f–%.0f) | %.0f ms (%.0f–%.0f) | %s |\n", cfg.burst, cfg.clients, median(fs), flo, fhi, median(ws), wlo, whi, ratioRange(rs))
 	return nil
 }
 

@@ -134,7 +134,7 @@ func setup(ctx context.Context, d *daemon, cfg config) ([]volume, error) {
 		// filesystem (ext4 on both sides for loopfile here).
 		v.floor = filepath.Join(floorDir, k.name+".img")
 		for _, f := range []string{v.file, v.floor} {
-			if err := fill(ctx, cfg.fio, f, v.size); err != nil {
+			if err := fill(ctx, cfg.fioPath, f, v.size); err != nil {
 				return nil, fmt.Errorf("%s: %w", k.name, err)
 			}
 		}
