@@ -10,6 +10,12 @@
 //     against a file of the same size on the pool's filesystem.
 //   - localdir, mount access: the same, on the localdir pool.
 //
+// It then times snapshots, clones and restores of a loopfile volume with
+// 10% and 100% of its blocks written against a copy of its file on the
+// pool (FICLONE, or copy_file_range of its data) made durable (clone.go),
+// and a node burst: 100 formatted volumes staged and published by 16
+// clients against the same kernel operations issued in parallel (burst.go).
+//
 // Volumes are created, staged and published through the daemon's gRPC
 // endpoint (CreateVolume, NodeStageVolume, NodePublishVolume) as bin/wasmcsi
 // serve with the embedded configuration serves them, in a temporary folder
@@ -47,17 +53,20 @@ import (
 )
 
 type config struct {
-	repo     string
-	fioPath  string
-	rounds   int
-	runtime  time.Duration
-	volSize  int64
-	fileSize int64
-	only     string
-	jobs     string
-	fio      bool
-	burst    int
-	clients  int
+	repo        string
+	fioPath     string
+	rounds      int
+	runtime     time.Duration
+	volSize     int64
+	fileSize    int64
+	only        string
+	jobs        string
+	fio         bool
+	clones      bool
+	burst       int
+	burstRounds int
+	clients     int
+	daemonEnv   string
 }
 
 func main() {
@@ -70,8 +79,11 @@ func main() {
 	flag.StringVar(&cfg.only, "volumes", "", "comma-separated subset of: loopfile-block, loopfile-mount, localdir-mount")
 	flag.StringVar(&cfg.jobs, "jobs", "", "comma-separated subset of job names, e.g. '4k randread QD32'")
 	flag.BoolVar(&cfg.fio, "fio", true, "run the fio jobs")
+	flag.BoolVar(&cfg.clones, "clones", true, "time snapshots, clones and restores of a loopfile volume (-size-mib) against their floor")
 	flag.IntVar(&cfg.burst, "burst", 100, "volumes of the node burst (0: none)")
 	flag.IntVar(&cfg.clients, "clients", 16, "concurrent clients of the node burst")
+	flag.IntVar(&cfg.burstRounds, "burst-rounds", 5, "interleaved rounds of the node burst, after one untimed round")
+	flag.StringVar(&cfg.daemonEnv, "daemon-env", "", "comma-separated KEY=VALUE settings for the daemon, e.g. WASMCSI_LIMITS__POOL_SIZE=16")
 	flag.Parse()
 	cfg.volSize, cfg.fileSize = int64(*size)<<20, int64(*file)<<20
 
@@ -87,7 +99,7 @@ func main() {
 		}
 		cfg.fioPath = fio
 	}
-	if cfg.fileSize > cfg.volSize*3/4 {
+	if cfg.fio && cfg.fileSize > cfg.volSize*3/4 {
 		fmt.Fprintln(os.Stderr, "datapath: -file-mib must leave a quarter of the volume to the filesystem")
 		os.Exit(2)
 	}
@@ -120,13 +132,18 @@ func run(ctx context.Context, cfg config) (err error) {
 		}
 	}()
 	fmt.Printf("datapath: working in %s (%s); load average %s\n", work, fsName(work), loadavg())
-	d, err = startDaemon(ctx, repo, work)
+	d, err = startDaemon(ctx, repo, work, cfg.daemonEnv)
 	if err != nil {
 		return err
 	}
 
 	if cfg.fio {
 		if err := runJobs(ctx, d, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.clones {
+		if err := runClones(ctx, d, cfg); err != nil {
 			return err
 		}
 	}
@@ -210,15 +227,32 @@ func runBurst(ctx context.Context, d *daemon, cfg config) error {
 	if err != nil {
 		return fmt.Errorf("node burst: %w", err)
 	}
+	// One untimed round of each first: the first burst makes the kernel
+	// create loop devices and the first mount of each file reads it cold.
+	if _, err := burstDaemon(ctx, d, ids, cfg.clients); err != nil {
+		return fmt.Errorf("node burst: warm-up: %w", err)
+	}
+	if _, err := burstFloor(filepath.Join(d.dir, "burst", "floor"), floors, cfg.clients); err != nil {
+		return fmt.Errorf("node burst floor: warm-up: %w", err)
+	}
 	var ws, fs, rs []float64
-	for r := 0; r < cfg.rounds; r++ {
-		w, err := burstDaemon(ctx, d, ids, cfg.clients)
-		if err != nil {
-			return fmt.Errorf("node burst: round %d: %w", r+1, err)
+	for r := 0; r < cfg.burstRounds; r++ {
+		var w, f time.Duration
+		var werr, ferr error
+		daemonSide := func() { w, werr = burstDaemon(ctx, d, ids, cfg.clients) }
+		floorSide := func() { f, ferr = burstFloor(filepath.Join(d.dir, "burst", "floor"), floors, cfg.clients) }
+		if r%2 == 0 {
+			daemonSide()
+			floorSide()
+		} else {
+			floorSide()
+			daemonSide()
 		}
-		f, err := burstFloor(filepath.Join(d.dir, "burst", "floor"), floors, cfg.clients)
-		if err != nil {
-			return fmt.Errorf("node burst floor: round %d: %w", r+1, err)
+		if werr != nil {
+			return fmt.Errorf("node burst: round %d: %w", r+1, werr)
+		}
+		if ferr != nil {
+			return fmt.Errorf("node burst floor: round %d: %w", r+1, ferr)
 		}
 		ws, fs, rs = append(ws, w.Seconds()*1e3), append(fs, f.Seconds()*1e3), append(rs, ratio(w.Seconds(), f.Seconds()))
 		fmt.Printf("  round %d: wasmcsi %.0f ms, floor %.0f ms, %.2f×; load average %s\n", r+1, ws[r], fs[r], rs[r], loadavg())

@@ -28,12 +28,14 @@ type daemon struct {
 	ctrl    csi.ControllerClient
 	node    csi.NodeClient
 	cleanup []func(context.Context) error // undo what was created, last first
+	// cloneSize is the size of the volumes the clone measurements make.
+	cloneSize int64
 }
 
 // startDaemon serves bin/wasmcsi with the embedded configuration in a
 // folder of work: its relative paths (socket, records, pools) land there,
 // on work's filesystem. The daemon dies with this process.
-func startDaemon(ctx context.Context, repo, work string) (*daemon, error) {
+func startDaemon(ctx context.Context, repo, work, extraEnv string) (*daemon, error) {
 	dir := filepath.Join(work, "wasmcsi")
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, err
@@ -46,6 +48,9 @@ func startDaemon(ctx context.Context, repo, work string) (*daemon, error) {
 	}
 	// The embedded configuration's one global name.
 	env = append(env, fmt.Sprintf("WASMCSI_MODULES__DMTHIN__CONFIG__POOL=wasmcsi-thin-datapath-%d", os.Getpid()))
+	if extraEnv != "" {
+		env = append(env, strings.Split(extraEnv, ",")...)
+	}
 	log, err := os.Create(filepath.Join(dir, "wasmcsi.log"))
 	if err != nil {
 		return nil, err
