@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -275,9 +276,33 @@ func TestDirectIO(t *testing.T) {
 	if d.DirectIO != canDirect {
 		t.Fatalf("DirectIO = %v, backing filesystem supports O_DIRECT: %v", d.DirectIO, canDirect)
 	}
+	// What the kernel applied, as sysfs shows it: the flag stuck, and the
+	// device's logical block size is at least the backing file's direct
+	// I/O alignment (the kernel refuses direct I/O below it), so every
+	// request reaches the file as direct I/O.
+	sys := "/sys/block/" + strings.TrimPrefix(d.Path, "/dev/")
+	if dio := readSys(t, sys+"/loop/dio"); dio != map[bool]string{true: "1", false: "0"}[d.DirectIO] {
+		t.Fatalf("%s/loop/dio = %s, Device.DirectIO = %v", sys, dio, d.DirectIO)
+	}
+	var stx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, file, 0, unix.STATX_DIOALIGN, &stx); err == nil && canDirect && stx.Mask&unix.STATX_DIOALIGN != 0 {
+		lbs, err := strconv.Atoi(readSys(t, sys+"/queue/logical_block_size"))
+		if err != nil || lbs < int(stx.Dio_offset_align) {
+			t.Fatalf("logical block size %d (%v) is below the backing file's direct I/O alignment %d", lbs, err, stx.Dio_offset_align)
+		}
+	}
 	if plain := attach(t, looptest.SparseFile(t, 4*mib), loop.Options{}); plain.DirectIO {
 		t.Fatal("direct I/O on a device that did not ask for it")
 	}
+}
+
+func readSys(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func TestFindFollowsRenameAndDelete(t *testing.T) {
