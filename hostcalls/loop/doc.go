@@ -62,6 +62,24 @@
 // lock is per file: attaches of different files never wait for each other,
 // and it also covers other processes that use this package.
 //
+// # The data path
+//
+// Options.DirectIO sets LO_FLAGS_DIRECT_IO in LOOP_CONFIGURE, and
+// Device.DirectIO is what the kernel applied (the same flag sysfs shows
+// as loop/dio). With it, the kernel gives the device the logical block
+// size of the backing file's direct-I/O alignment (512 bytes on most
+// disks, 4096 on 4096-byte-sector ones), so every request reaches the
+// file as direct I/O; Attach leaves the block size to it. A larger block
+// size, such as the backing filesystem's 4096, measured no faster for
+// 4 KiB-aligned I/O, and it cannot be changed under an existing volume:
+// a filesystem made with smaller sectors or blocks refuses to mount on
+// it. The driver's one hardware queue of 128 requests (hw_queue_depth)
+// and its readahead are left as they are: no queue depth a workload
+// reaches waits for a tag, and readahead does not touch direct I/O. What
+// remains between a loop device and its file is the driver's hand-off of
+// every request to a kernel worker thread (examples/loopfile/README.md
+// has the measurements).
+//
 // # Requirements
 //
 // Linux 5.8 or later (LOOP_CONFIGURE), CAP_SYS_ADMIN, /dev/loop-control and
