@@ -164,7 +164,25 @@ func walk(ctx context.Context, pre func(*unix.LoopInfo64) bool, fn func(Device, 
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		d, seq, bound, err := readDeviceIf(devPrefix+strconv.Itoa(n), pre)
+		check := pre
+		if pre != nil {
+			// A binding seen before is refused without opening its
+			// device (see seen).
+			seq, ok := sysfsDiskSeq(n)
+			if ok {
+				if v, hit := seen.Load(n); hit && v.(seenBinding).seq == seq {
+					b := v.(seenBinding)
+					if !pre(&unix.LoopInfo64{Device: b.dev, Inode: b.ino}) {
+						continue
+					}
+				}
+				check = func(info *unix.LoopInfo64) bool {
+					seen.Store(n, seenBinding{seq: seq, dev: info.Device, ino: info.Inode})
+					return pre(info)
+				}
+			}
+		}
+		d, seq, bound, err := readDeviceIf(devPrefix+strconv.Itoa(n), check)
 		if err != nil {
 			return err
 		}
@@ -173,6 +191,34 @@ func walk(ctx context.Context, pre func(*unix.LoopInfo64) bool, fn func(Device, 
 		}
 	}
 	return nil
+}
+
+// seen remembers, per loop device number, the backing file (st_dev and
+// st_ino) of the binding a search last read through LOOP_GET_STATUS64,
+// with the device's disk sequence number read from sysfs before that
+// ioctl. The kernel gives every bind and unbind a new sequence number and
+// never reuses one, and a binding's backing file never changes, so while
+// sysfs shows the same number the device is bound to the same file: a
+// search for another file skips it without opening the device (the open,
+// status and close a walk otherwise pays per bound device: an attach of a
+// new file walks all of them). Should the device be bound anew between the
+// sysfs read and the ioctl, the entry pairs the new binding's file with the
+// old number, which sysfs never shows again: a wasted entry, never a wrong
+// answer. A device whose sysfs has no diskseq (before Linux 5.15) is read
+// as before. One entry per device number: its size is bounded by the
+// number of loop devices.
+var seen sync.Map // int -> seenBinding
+
+type seenBinding struct{ seq, dev, ino uint64 }
+
+// sysfsDiskSeq reads /sys/block/loopN/diskseq.
+func sysfsDiskSeq(n int) (uint64, bool) {
+	raw, err := readSysfs(sysBlock + "/loop" + strconv.Itoa(n) + "/diskseq")
+	if err != nil {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(strings.TrimSpace(string(raw)), 10, 64)
+	return seq, err == nil && seq != 0
 }
 
 // readDeviceIf describes the device at path, reporting bound=false when it
