@@ -40,6 +40,13 @@
 // it then confirms, by status and disk sequence number alone, that the
 // device is still bound as the grant saw it, and detaches it.
 //
+// A search for one file (Attach's check that the file is not attached
+// yet, Find) walks every bound device, but opens only those bound since
+// it last looked: it remembers, per device, the backing file's identity
+// with the disk sequence number sysfs showed before it read the status,
+// and skips a device whose number is unchanged (the kernel never reuses
+// one, and a binding's file never changes).
+//
 // A device number names a binding only while it lasts: once a device is
 // detached, LOOP_CTL_GET_FREE hands the number to the next attacher of any
 // process, usually at once. A detach by path of a device seen earlier (a
