@@ -201,3 +201,32 @@ func TestNodePathRoots(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDaemonNodeCallsTouchNothingOfOthers runs the daemon binary and makes
+// the two calls that used to destroy what the daemon does not own: a
+// NodeUnpublishVolume of a volume no record names at a file's path, and a
+// NodeUnstageVolume of such a volume at an unrelated tmpfs. Both answer OK
+// (not published, not staged there); the file and the tmpfs stay.
+func TestDaemonNodeCallsTouchNothingOfOthers(t *testing.T) {
+	p := newProcDaemon(t)
+	w := workDir(t)
+	victim := filepath.Join(w, "some", "dir", "victim.txt")
+	if err := os.MkdirAll(filepath.Dir(victim), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(victim, []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmp := mountTmpfs(t, w, "unrelated")
+	n := csi.NewNodeClient(p.conn)
+	if _, err := n.NodeUnpublishVolume(callCtx(t), &csi.NodeUnpublishVolumeRequest{VolumeId: "localdir:x", TargetPath: victim}); err != nil {
+		t.Errorf("NodeUnpublishVolume: %v, want OK", err)
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "precious" {
+		t.Errorf("NodeUnpublishVolume of a volume with no record removed %s: %q, %v", victim, b, err)
+	}
+	if _, err := n.NodeUnstageVolume(callCtx(t), &csi.NodeUnstageVolumeRequest{VolumeId: "localdir:x", StagingTargetPath: tmp}); err != nil {
+		t.Errorf("NodeUnstageVolume: %v, want OK", err)
+	}
+	wantIntact(t, tmp, "NodeUnstageVolume of a volume with no record")
+}
