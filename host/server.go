@@ -16,9 +16,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -228,11 +230,63 @@ func (s *Server) Serve(ctx context.Context) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove stale socket: %w", err)
 	}
-	lis, err := net.Listen("unix", path)
+	lis, err := listenPrivate(path, s.cfg.SocketGroup)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", path, err)
+		return err
 	}
+	defer os.Remove(path)
 	return s.ServeListener(ctx, lis)
+}
+
+// listenPrivate listens on a unix socket at path whose mode does not come
+// from the umask: 0600, or 0660 owned by group when one is named (a group
+// name or number). The socket is bound in a fresh folder only the owner
+// can enter, given its mode and group there, and then renamed into place,
+// so it is never reachable with a wider mode. (The umask is the process's
+// and cannot be changed for one goroutine.)
+func listenPrivate(path, group string) (net.Listener, error) {
+	gid := -1
+	if group != "" {
+		g, err := user.LookupGroup(group)
+		if err != nil {
+			if g, err = user.LookupGroupId(group); err != nil {
+				return nil, fmt.Errorf("socket_group %q: %w", group, err)
+			}
+		}
+		if gid, err = strconv.Atoi(g.Gid); err != nil {
+			return nil, fmt.Errorf("socket_group %q: %w", group, err)
+		}
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".csi-sock-")
+	if err != nil {
+		return nil, fmt.Errorf("socket dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
+	lis, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	// The listener would remove the name it was bound to on close, which
+	// the rename makes another's: Serve removes path itself.
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
+	mode := os.FileMode(0o600)
+	if gid >= 0 {
+		mode = 0o660
+		if err := os.Chown(tmp, -1, gid); err != nil {
+			lis.Close()
+			return nil, fmt.Errorf("socket group: %w", err)
+		}
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("socket mode: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	return lis, nil
 }
 
 // ServeListener serves CSI on lis until ctx ends.
