@@ -520,6 +520,12 @@ func TestDaemonConfigMatchesPods(t *testing.T) {
 				if got := portOf(t, cfg.MetricsAddress); got != d.port("metrics") {
 					t.Errorf("metrics_address %q, container port metrics %d", cfg.MetricsAddress, d.port("metrics"))
 				}
+				// Unauthenticated metrics of a pod on the host's network
+				// would be served on every interface of the node: such a
+				// pod binds them to the loopback address.
+				if host, _, _ := net.SplitHostPort(cfg.MetricsAddress); spec.HostNetwork && !net.ParseIP(host).IsLoopback() {
+					t.Errorf("metrics_address %q of a pod on the host's network: want a loopback address", cfg.MetricsAddress)
+				}
 				probe := spec.container(t, "livenessprobe")
 				if hp, _ := flag(probe.Args, "health-port"); hp != strconv.Itoa(d.port("healthz")) {
 					t.Errorf("livenessprobe --health-port=%s, wasmcsi healthz port %d", hp, d.port("healthz"))

@@ -28,7 +28,8 @@ app.kubernetes.io/name: {{ include "wasmcsi.name" . }}
 {{/*
 wasmcsi.config renders a daemon configuration. Argument: a dict with
 root (the chart's top scope), role, dir (the daemon's folder under
-basePath, "" for the node-local layout), metricsPort and backends.
+basePath, "" for the node-local layout), metricsHost (the address to bind
+metrics to, "" for every address), metricsPort and backends.
 */}}
 {{- define "wasmcsi.config" -}}
 {{- $v := .root.Values -}}
@@ -41,7 +42,7 @@ state_dir: {{ $dir }}/state
 module_dir: {{ $dir }}/modules
 cache_dir: {{ $dir }}/cache
 watch_modules: {{ $v.daemon.watchModules }}
-metrics_address: ":{{ .metricsPort }}"
+metrics_address: "{{ .metricsHost | default "" }}:{{ .metricsPort }}"
 backend_parameter: {{ $v.daemon.backendParameter }}
 default_backend: {{ $l.defaultBackend | quote }}
 log_level: {{ $v.daemon.logLevel }}
