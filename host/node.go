@@ -192,7 +192,7 @@ func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publis
 	case rec.Directory != "" && rec.Block:
 		err = errf(codes.InvalidArgument, "backend %q serves directories, not block devices", b.name)
 	case rec.Directory != "":
-		err = s.node.Bind(ctx, rec.Directory, rec.StagingPath, readOnlyMode(abi.AccessMode(rec.AccessMode)), false)
+		err = s.bindDirectory(ctx, b, rec.Directory, rec.StagingPath, readOnlyMode(abi.AccessMode(rec.AccessMode)))
 	case rec.Block:
 		err = s.node.CheckDevice(rec.Device)
 	default:
