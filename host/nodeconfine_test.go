@@ -206,7 +206,8 @@ func TestNodePathRoots(t *testing.T) {
 // the two calls that used to destroy what the daemon does not own: a
 // NodeUnpublishVolume of a volume no record names at a file's path, and a
 // NodeUnstageVolume of such a volume at an unrelated tmpfs. Both answer OK
-// (not published, not staged there); the file and the tmpfs stay.
+// (not published, not staged there); the file and the tmpfs stay. The
+// socket the daemon serves on is 0600.
 func TestDaemonNodeCallsTouchNothingOfOthers(t *testing.T) {
 	p := newProcDaemon(t)
 	w := workDir(t)
@@ -229,4 +230,10 @@ func TestDaemonNodeCallsTouchNothingOfOthers(t *testing.T) {
 		t.Errorf("NodeUnstageVolume: %v, want OK", err)
 	}
 	wantIntact(t, tmp, "NodeUnstageVolume of a volume with no record")
+	// The socket the calls went through is the owner's alone.
+	if st, err := os.Stat(p.Socket); err != nil {
+		t.Error(err)
+	} else if st.Mode().Perm() != 0o600 {
+		t.Errorf("the daemon's socket %s has mode %v, want 0600", p.Socket, st.Mode().Perm())
+	}
 }
