@@ -102,7 +102,10 @@ func bindFrom(ctx context.Context, s *os.File, target string, readOnly bool, ope
 		return false, fail("bind "+src+" on", target, err)
 	}
 	if readOnly {
-		if err := remountReadOnly(target); err != nil {
+		// The remount goes by a descriptor too: opened again the same way,
+		// the target now leads into the new mount, which must show the
+		// source; its /proc link names exactly that mount.
+		if err := remountOpened(open, isDir, &sst); err != nil {
 			_ = unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
 			return false, fail("bind "+src+" read-only on", target, err)
 		}
@@ -240,6 +243,25 @@ func resolvedOrEmpty(p string) string {
 		return ""
 	}
 	return r
+}
+
+// remountOpened opens the target of a new bind again with open and
+// remounts it read-only by that descriptor, once it shows the source inode
+// sst.
+func remountOpened(open func(dir bool) (*os.File, error), dir bool, sst *unix.Stat_t) error {
+	m, err := open(dir)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(m.Fd()), &st); err != nil {
+		return err
+	}
+	if st.Dev != sst.Dev || st.Ino != sst.Ino {
+		return abi.Errorf(abi.Aborted, "mount: the target changed under the new bind")
+	}
+	return remountReadOnly(fdPath(m))
 }
 
 // remountReadOnly makes the bind mount at target read-only. A bind remount
