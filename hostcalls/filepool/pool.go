@@ -173,7 +173,9 @@ func (p *Pool) exists(name string, size int64) (bool, error) {
 // sparse volume switched to preallocation, a clone's holes), so that no
 // write to it can fail for lack of space; written data is never touched.
 // The same size is then not a no-op but fills the holes. A smaller size is
-// abi.InvalidArgument, because shrinking would cut a volume's data.
+// abi.InvalidArgument, because shrinking would cut a volume's data. The
+// new size (and allocation) is durable before Resize returns: the file is
+// synced, also when it already had the size.
 func (p *Pool) Resize(ctx context.Context, name string, size int64, prealloc bool) error {
 	if err := checkName(name); err != nil {
 		return fmt.Errorf("resize %s: %w", name, err)
@@ -191,14 +193,15 @@ func (p *Pool) Resize(ctx context.Context, name string, size int64, prealloc boo
 	switch {
 	case size < cur:
 		return fmt.Errorf("resize %s: %w", name, abi.Errorf(abi.InvalidArgument, "cannot shrink from %d to %d bytes", cur, size))
-	case size == cur && !prealloc:
-		return nil
-	}
-	if prealloc {
+	case prealloc:
 		err = allocate(f, 0, size)
-	} else {
+	case size > cur:
 		err = f.Truncate(size)
 	}
+	// Also when the file already has the size: an earlier call cut off
+	// between its truncate and its sync left the size in the page cache
+	// only, and this answer tells the caller it is on disk. A file with
+	// nothing unwritten costs no journal commit.
 	if err == nil {
 		err = f.Sync()
 	}
