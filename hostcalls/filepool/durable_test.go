@@ -60,3 +60,57 @@ func TestResizeDurableBeforeAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestRepeatDurableBeforeAnswer: a Create or Remove that finds the file
+// already there or gone, by an earlier call cut off before its sync (the
+// retry after a daemon crash; dmthin's ID claims and size records, whose
+// calls are not batched), answers only once that is on disk.
+func TestRepeatDurableBeforeAnswer(t *testing.T) {
+	mounttest.RequireRoot(t)
+	for _, fstype := range []string{"ext4", "xfs"} {
+		t.Run(fstype, func(t *testing.T) {
+			ctx := context.Background()
+			dev := mounttest.Loop(t, 320*mib)
+			mounttest.Mkfs(t, fstype, dev, "-q")
+			dir, err := mounttest.Mount(t, dev, fstype, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := filepool.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Create(ctx, "removed.img", mib, false); err != nil {
+				t.Fatal(err)
+			}
+			// The cut-off calls: the new file and the unlink, without
+			// their sync.
+			f, err := os.OpenFile(filepath.Join(dir, "created.img"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Truncate(mib); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			if err := os.Remove(filepath.Join(dir, "removed.img")); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Create(ctx, "created.img", mib, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Remove(ctx, "removed.img"); err != nil {
+				t.Fatal(err)
+			}
+			p.Close()
+
+			mounttest.PowerCut(t, dev, dir, fstype, "")
+			if fi, err := os.Stat(filepath.Join(dir, "created.img")); err != nil || fi.Size() != mib {
+				t.Errorf("a repeated Create answered, then a power cut: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "removed.img")); !os.IsNotExist(err) {
+				t.Errorf("a repeated Remove answered, then a power cut: the file is back (%v)", err)
+			}
+		})
+	}
+}

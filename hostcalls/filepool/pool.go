@@ -126,7 +126,7 @@ func (p *Pool) Create(ctx context.Context, name string, size int64, prealloc boo
 		return fmt.Errorf("create %s: %w", name, err)
 	}
 	if exists {
-		return p.syncRoot(ctx, "create "+name, false)
+		return p.syncRoot(ctx, "create "+name)
 	}
 	err = p.build(ctx, name, true, func(tmp *os.File) error {
 		if prealloc {
@@ -220,24 +220,21 @@ func (p *Pool) Remove(ctx context.Context, name string) error {
 	err := unix.Unlinkat(p.dirFD(), name, 0)
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		return p.syncRoot(ctx, "remove "+name, false)
+		return p.syncRoot(ctx, "remove "+name)
 	case errors.Is(err, unix.EISDIR):
 		return fmt.Errorf("remove %s: %w", name, abi.Errorf(abi.InvalidArgument, "not a file"))
 	case err != nil:
 		return fmt.Errorf("remove %s: %w", name, codeErr(err, err.Error()))
 	}
-	return p.syncRoot(ctx, "remove "+name, true)
+	return p.syncRoot(ctx, "remove "+name)
 }
 
 // syncRoot makes a change to the root's entries durable, now or, when ctx
-// carries hostcalls.DirSyncs, in its owner's batch. A call that changed
-// nothing (changed false) syncs nothing, but with DirSyncs still records
-// the root: it may have found the change of an earlier call whose sync is
-// still to come.
-func (p *Pool) syncRoot(ctx context.Context, what string, changed bool) error {
-	if !changed && !hostcalls.Deferred(ctx) {
-		return nil
-	}
+// carries hostcalls.DirSyncs, in its owner's batch. A call that found its
+// change already made (the file there, or gone) syncs too: it may be the
+// retry of a call cut off before its sync, and its answer says the change
+// is on disk. A folder with nothing unwritten costs no journal commit.
+func (p *Pool) syncRoot(ctx context.Context, what string) error {
 	if err := hostcalls.SyncDir(ctx, p.dirFD(), p.root); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -354,7 +351,7 @@ func (p *Pool) build(ctx context.Context, name string, metadataOnly bool, fill f
 	if err := p.link(tmp, name); err != nil {
 		return err
 	}
-	return p.syncRoot(ctx, "sync root", true)
+	return p.syncRoot(ctx, "sync root")
 }
 
 // temp is a file being built: unnamed (O_TMPFILE), or where the filesystem
