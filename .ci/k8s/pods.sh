@@ -267,5 +267,27 @@ pods_lifecycle() {
 		[ -n "$left" ] || ok=ok
 	fi
 	step "helm uninstall" $(($(date +%s) - s)) $ok "${left:-no pod, socket, registration or mount left}"
+	[ $ok = ok ] || return 1
+	raw_manifests "$tag2"
+}
+
+# raw_manifests TAG: deploy/kubernetes as `kubectl apply -k` applies it,
+# with only its host paths moved into the run's folder and the image tag
+# of this run; the pods come up, one short e2e pass, then delete.
+raw_manifests() {
+	local s=$(date +%s) ok=FAILED raw=$work/raw.yaml
+	kubectl kustomize deploy/kubernetes |
+		sed -e "s|/var/lib/kubelet|$kubelet_dir|g" -e "s|/var/lib/wasmcsi|$work/wasmcsi|g" \
+			-e "s|image: wasmcsi/wasmcsi:dev\$|image: wasmcsi/wasmcsi:$1|" >"$raw" || return 1
+	plugin_sel=app.kubernetes.io/name=wasmcsi,app.kubernetes.io/component=plugin
+	if kubectl apply -f "$raw" >"$logs/raw-apply.log" 2>&1 &&
+		waitfor 180 "the raw manifests' pod" plugin_ready && waitfor 60 "registration" csinode_ready &&
+		"$bin/ginkgo" --procs 1 --timeout 20m --no-color --focus 'External.Storage.*provisioning should provision storage with mount options' \
+			--skip "$skip" "$bin/e2e.test" -- --kubeconfig="$kubeconfig" --storage.testdriver="$repo/.ci/k8s/drivers/localdir.yaml" \
+			--repo-root="$repo" --kubectl-path="$bin/kubectl" >"$logs/e2e-raw-manifests.log" 2>&1 &&
+		kubectl delete -f "$raw" --wait=true --timeout=120s >>"$logs/raw-apply.log" 2>&1; then
+		ok=ok
+	fi
+	step "kubectl apply -k (raw)" $(($(date +%s) - s)) $ok "deploy/kubernetes, provisioning on localdir (log: e2e-raw-manifests.log)"
 	[ $ok = ok ]
 }
