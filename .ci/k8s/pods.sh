@@ -218,11 +218,12 @@ pods_lifecycle() {
 	s=$(date +%s)
 	ok=ok
 	for b in localdir loopfile-xfs; do
-		"$bin/ginkgo" --procs "$procs" --timeout 30m --no-color --focus 'External.Storage.*provisioning should provision storage with mount options' \
+		"$bin/ginkgo" --procs "$procs" --timeout 30m --no-color --focus 'External.Storage.*Dynamic PV \(default fs\).*volumes should store data' \
 			--skip "$skip" "$bin/e2e.test" -- --kubeconfig="$kubeconfig" --storage.testdriver="$repo/.ci/k8s/drivers/$b.yaml" \
-			--repo-root="$repo" --kubectl-path="$bin/kubectl" >"$logs/e2e-after-kill-$b.log" 2>&1 || ok=FAILED
+			--repo-root="$repo" --kubectl-path="$bin/kubectl" >"$logs/e2e-after-kill-$b.log" 2>&1 &&
+			grep -q '^Ran [1-9]' "$logs/e2e-after-kill-$b.log" || ok=FAILED
 	done
-	step "e2e after the kill" $(($(date +%s) - s)) $ok "provisioning, localdir and loopfile-xfs (logs: e2e-after-kill-*.log)"
+	step "e2e after the kill" $(($(date +%s) - s)) $ok "volumes should store data, localdir and loopfile-xfs (logs: e2e-after-kill-*.log)"
 	[ $ok = ok ] || return 1
 
 	# --- module hot reload in the pod ---
@@ -282,12 +283,13 @@ raw_manifests() {
 	plugin_sel=app.kubernetes.io/name=wasmcsi,app.kubernetes.io/component=plugin
 	if kubectl apply -f "$raw" >"$logs/raw-apply.log" 2>&1 &&
 		waitfor 180 "the raw manifests' pod" plugin_ready && waitfor 60 "registration" csinode_ready &&
-		"$bin/ginkgo" --procs 1 --timeout 20m --no-color --focus 'External.Storage.*provisioning should provision storage with mount options' \
+		"$bin/ginkgo" --procs 1 --timeout 20m --no-color --focus 'External.Storage.*Dynamic PV \(default fs\).*volumes should store data' \
 			--skip "$skip" "$bin/e2e.test" -- --kubeconfig="$kubeconfig" --storage.testdriver="$repo/.ci/k8s/drivers/localdir.yaml" \
 			--repo-root="$repo" --kubectl-path="$bin/kubectl" >"$logs/e2e-raw-manifests.log" 2>&1 &&
+		grep -q '^Ran [1-9]' "$logs/e2e-raw-manifests.log" &&
 		kubectl delete -f "$raw" --wait=true --timeout=120s >>"$logs/raw-apply.log" 2>&1; then
 		ok=ok
 	fi
-	step "kubectl apply -k (raw)" $(($(date +%s) - s)) $ok "deploy/kubernetes, provisioning on localdir (log: e2e-raw-manifests.log)"
+	step "kubectl apply -k (raw)" $(($(date +%s) - s)) $ok "deploy/kubernetes, volumes should store data on localdir (log: e2e-raw-manifests.log)"
 	[ $ok = ok ]
 }
