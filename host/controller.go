@@ -927,6 +927,7 @@ func (s *Server) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 	if err := b.call(ctx, abi.OpGetCapacity, &mreq, &resp); err != nil {
 		return nil, err
 	}
+	s.metrics.availableCapacity(b.name, resp.AvailableBytes)
 	out := &csi.GetCapacityResponse{AvailableCapacity: resp.AvailableBytes}
 	if resp.MaximumVolumeSize > 0 {
 		out.MaximumVolumeSize = wrapperspb.Int64(resp.MaximumVolumeSize)

@@ -124,7 +124,7 @@ func recoverJournals(ctx context.Context, log *slog.Logger, dir, what string) (*
 
 func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.Logger, store *state.Store) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, store: store, locks: keylock.New(), tag: newNodeTag(cfg.NodeID), settle: newSettler(log)}
-	s.metrics = newMetrics(opt.Metrics)
+	s.metrics = newMetrics(opt.Metrics, s.pools)
 	s.node = node.New(log, catalog.DeviceOwners())
 	if store != nil {
 		// Before anything else: writers hang on what a group snapshot the
@@ -197,14 +197,31 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 // checked and swapped in; removed ones stop serving. Volumes of a module
 // that is gone answer FAILED_PRECONDITION until it returns.
 func (s *Server) Reload(ctx context.Context) {
-	s.rt.Reload(ctx) // the runtime logs each refused module with its reason
+	refused := s.rt.Reload(ctx) // the runtime logs each refused module with its reason
 	s.refreshBackends()
 	names := s.backends.Load().names
+	s.metrics.loaded(refused, names)
 	s.log.Info("backends loaded", "backends", names)
 	if w := s.checkPublishAgreement(s.backends.Load()); w != "" {
 		s.log.Warn(w)
 	}
 	s.ready.Store(len(names) > 0)
+}
+
+// pools lists the loaded backends' pool folders: each one's first root
+// when it is a path.
+func (s *Server) pools() []pool {
+	var ps []pool
+	set := s.backends.Load()
+	if set == nil {
+		return nil
+	}
+	for _, name := range set.names {
+		if m, ok := s.cfg.Modules[name]; ok && len(m.Roots) > 0 && filepath.IsAbs(m.Roots[0]) {
+			ps = append(ps, pool{backend: name, dir: m.Roots[0]})
+		}
+	}
+	return ps
 }
 
 // Backends returns the names of the loaded backends.
