@@ -47,15 +47,15 @@ type fakeTarget struct {
 
 // fakeWorld is the fake's whole state, kept in world.json.
 type fakeWorld struct {
-	Targets  []fakeTarget                 `json:"targets"`
+	Targets []fakeTarget `json:"targets"`
 	// TPGT, when not 0, makes "-o new" write the record in the layout
 	// discovery uses (<iqn>/<addr>,<port>,<tpgt>/default) instead of the
 	// flat one (<iqn>/<addr>,<port>).
-	TPGT int `json:"tpgt"`
-	Sessions map[int]string               `json:"sessions"`
-	NextID   int                          `json:"next_id"`
-	NextDisk int                          `json:"next_disk"`
-	Calls    []string                     `json:"calls"` // "mode op"
+	TPGT     int            `json:"tpgt"`
+	Sessions map[int]string `json:"sessions"`
+	NextID   int            `json:"next_id"`
+	NextDisk int            `json:"next_disk"`
+	Calls    []string       `json:"calls"` // "mode op"
 	// Argv is every command line the fake was run with, as another user
 	// could read it in /proc/<pid>/cmdline.
 	Argv [][]string `json:"argv"`
