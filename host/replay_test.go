@@ -135,8 +135,8 @@ func TestExpandCutOffBeforeRecordKeepsVolume(t *testing.T) {
 // ControllerExpandVolume answered for a volume whose create is still
 // logged (its drop waits for the settler): start-up's replay of the
 // create must bring the volume to its record (the expanded capacity), not
-// to the logged request, and finish: loopfile's file keeps its size and
-// nothing stays logged.
+// to the logged request, whose limit the expanded file exceeds, and
+// finish: loopfile's file keeps its size and nothing stays logged.
 func TestReplayedCreateKeepsExpansion(t *testing.T) {
 	p := newProcDaemon(t)
 	for try := 0; ; try++ {
@@ -144,10 +144,15 @@ func TestReplayedCreateKeepsExpansion(t *testing.T) {
 			t.Fatal("the create's intent was never still logged when the expansion answered")
 		}
 		name := fmt.Sprintf("expanded-%d", try)
-		v, err := p.createVolume(callCtx(t), name, "loopfile")
+		resp, err := p.controller().CreateVolume(callCtx(t), &csi.CreateVolumeRequest{
+			Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: loopfileVolumeBytes, LimitBytes: loopfileVolumeBytes},
+			VolumeCapabilities: []*csi.VolumeCapability{blockCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)},
+			Parameters:         map[string]string{backendParam: "loopfile"},
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
+		v := resp.GetVolume()
 		if _, err := p.expand(t, v.GetVolumeId(), 2*loopfileVolumeBytes); err != nil {
 			t.Fatal(err)
 		}
