@@ -74,8 +74,9 @@ sanity:
 test-vm:
 	bash .ci/vm/test.sh
 
-# make test runs the same test with 200 kill points (20 with -short); this
-# runs the daemon and modules that make build wrote, for as long as asked.
+# make test runs the same test with 200 kill points spread over four seeds
+# (20 with -short); this runs one seed (SEED, or a new one) on the daemon
+# and modules that make build wrote, for as long as asked.
 crash: build
 	WASMCSI_TEST_DAEMON=$(abspath $(BIN)/wasmcsi) WASMCSI_MODULE_DIR=$(abspath $(BIN)/modules) \
 	WASMCSI_CRASH_KILLS=$(KILLS) $(if $(SEED),WASMCSI_CRASH_SEED=$(SEED)) \

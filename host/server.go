@@ -69,6 +69,11 @@ type Server struct {
 	// settle completes controller operations once their pool changes
 	// are durable (settle.go).
 	settle *settler
+	// unfinishedCopies are the logged clones and restores start-up could
+	// not finish, by their source (volKey, snapKey): the source's
+	// deletion waits while one stays logged (replay.go). Written before
+	// the daemon serves, read-only after.
+	unfinishedCopies map[string][]state.Intent
 }
 
 // Options are what New needs besides the configuration.
