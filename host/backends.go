@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
 	"github.com/wasmcsi/wasmcsi/abi"
@@ -167,7 +168,33 @@ func (s *Server) onLoad(ctx context.Context, m *modules.Module) error {
 		return fmt.Errorf("backend_info: %w", err)
 	}
 	s.infos.put(m.Digest(), info)
+	m.Describe("version", info.Version, "ops", offeredOps(m, &info), "modes", modeNames(info.AccessModes))
 	return nil
+}
+
+// offeredOps lists the operations m offers: exported and, when info
+// lists Ops, listed there.
+func offeredOps(m *modules.Module, info *abi.BackendInfo) []string {
+	var ops []string
+	for _, op := range abi.AllOps {
+		if m.Has(op) && (len(info.Ops) == 0 || contains(info.Ops, string(op))) {
+			ops = append(ops, string(op))
+		}
+	}
+	return ops
+}
+
+// modeNames names access modes as the CSI spec does; none means
+// SINGLE_NODE_WRITER (abi.BackendInfo.AccessModes).
+func modeNames(modes []int64) []string {
+	if len(modes) == 0 {
+		return []string{csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER.String()}
+	}
+	names := make([]string, len(modes))
+	for i, m := range modes {
+		names[i] = csi.VolumeCapability_AccessMode_Mode(m).String()
+	}
+	return names
 }
 
 func checkInfo(i *abi.BackendInfo) error {
@@ -214,10 +241,8 @@ func (s *Server) refreshBackends() {
 			continue
 		}
 		b := &backend{name: m.Name(), mod: m, info: info, ops: map[abi.Op]bool{}}
-		for _, op := range abi.AllOps {
-			if m.Has(op) && (len(info.Ops) == 0 || contains(info.Ops, string(op))) {
-				b.ops[op] = true
-			}
+		for _, op := range offeredOps(m, &info) {
+			b.ops[abi.Op(op)] = true
 		}
 		set.byName[b.name] = b
 		set.names = append(set.names, b.name)
@@ -305,8 +330,9 @@ func (s *Server) Describe() []string {
 			ops = append(ops, string(op))
 		}
 		slices.Sort(ops)
-		out = append(out, fmt.Sprintf("%s %s sha256:%s mount=%v block=%v fs=%v modes=%v granularity=%d ops=%s",
-			b.name, b.info.Version, b.mod.Digest(), b.info.Mount, b.info.Block, b.info.FsTypes, b.info.AccessModes, b.info.Granularity, strings.Join(ops, ",")))
+		out = append(out, fmt.Sprintf("%s %s %s sha256:%s mount=%v block=%v fs=%v modes=%s granularity=%d ops=%s",
+			b.name, b.info.Version, b.mod.File(), b.mod.Digest(), b.info.Mount, b.info.Block, b.info.FsTypes,
+			strings.Join(modeNames(b.info.AccessModes), ","), b.info.Granularity, strings.Join(ops, ",")))
 	}
 	if w := s.checkPublishAgreement(s.backends.Load()); w != "" {
 		out = append(out, "warning: "+w)
