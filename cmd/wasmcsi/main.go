@@ -4,6 +4,9 @@
 //	wasmcsi [serve] [flags]   serve CSI (the default)
 //	wasmcsi config            print the embedded default configuration
 //	wasmcsi modules [flags]   load every module, print what it offers, exit
+//	wasmcsi modules new NAME  write a new module's folder
+//	wasmcsi modules call FILE OP [JSON]
+//	                          run one operation of a built module
 //	wasmcsi version           print the version
 //	wasmcsi help              print the commands and flags
 package main
@@ -50,6 +53,9 @@ WebAssembly backend modules in its module folder.
 Usage:
   wasmcsi [serve] [flags]    serve CSI (the default command)
   wasmcsi modules [flags]    load every module with its grant, print what it offers, exit
+  wasmcsi modules new NAME   write the folder NAME: a new backend module, its tests and build
+  wasmcsi modules call FILE OP [JSON]
+                             run one operation of a built module against a fake host
   wasmcsi config             print the embedded default configuration
   wasmcsi version            print the version
   wasmcsi help               print this help
@@ -80,7 +86,18 @@ func run(args []string, out io.Writer) error {
 	case "help":
 		fs.Usage()
 		return nil
-	case "serve", "modules":
+	case "modules":
+		if len(args) > 0 {
+			switch args[0] {
+			case "new":
+				return modulesNew(args[1:], out)
+			case "call":
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				return modulesCall(ctx, args[1:], out, os.Stderr)
+			}
+		}
+	case "serve":
 	default:
 		return fmt.Errorf("unknown command %q (serve, modules, config, version, help)", cmd)
 	}

@@ -111,3 +111,34 @@ func TestDefaultConfigWithoutDeviceMapperLogsNoError(t *testing.T) {
 		t.Logf("log:\n%s", logs.String())
 	}
 }
+
+func TestModulesNewAndCallRefuseBadArguments(t *testing.T) {
+	t.Chdir(t.TempDir())
+	var out bytes.Buffer
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"modules", "new", "Bad_Name"}, "must match"},
+		{[]string{"modules", "new"}, "want one NAME"},
+		{[]string{"modules", "call", "x.wasm", "frobnicate"}, `unknown operation "frobnicate"`},
+		{[]string{"modules", "call", "x.wasm", "create_volume", `{"Nmae": "typo"}`}, `unknown field "Nmae"`},
+		{[]string{"modules", "call", "x.wasm", "create_volume", "--real"}, "--real needs --hostcalls and --root"},
+	} {
+		err := run(tc.args, &out)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error containing %q", tc.args, err, tc.want)
+		}
+	}
+	if err := run([]string{"modules", "new", "ok"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"modules", "new", "ok"}, &out); err == nil {
+		t.Error("modules new over an existing folder succeeded")
+	}
+	for _, f := range []string{"go.mod", "main.go", "main_test.go", "module_test.go", "config.yaml", "Makefile", "README.md"} {
+		if _, err := os.Stat(filepath.Join("ok", f)); err != nil {
+			t.Errorf("modules new did not write %s: %v", f, err)
+		}
+	}
+}

@@ -119,7 +119,7 @@ func Build(t testing.TB, pkg string, tc Toolchain) string {
 			}
 			t.Skip("needs TinyGo: set WASMCSI_TINYGO (make tinygo prints it) or put tinygo on PATH")
 		}
-		cmd = exec.Command(tg, "build", "-buildmode=c-shared", "-scheduler=none", "-no-debug", "-o", out, pkg)
+		cmd = exec.Command(tg, "build", "-target=wasip1", "-buildmode=c-shared", "-scheduler=none", "-no-debug", "-o", out, pkg)
 	default:
 		t.Fatalf("unknown toolchain %q", tc)
 	}
