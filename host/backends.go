@@ -48,6 +48,19 @@ func (b *backend) supportsCapability(c abi.Capability) error {
 	return nil
 }
 
+// checkParameters refuses, for a module that declares its parameters
+// (BackendInfo.DeclaresParameters), an unknown key or a bad value with
+// INVALID_ARGUMENT naming it, before the module runs.
+func (b *backend) checkParameters(params map[string]string) error {
+	if !b.info.DeclaresParameters {
+		return nil
+	}
+	if err := abi.CheckParameters(b.info.Parameters, params); err != nil {
+		return errf(codes.InvalidArgument, "backend %q: %s", b.name, err.(*abi.Error).Message)
+	}
+	return nil
+}
+
 // checkMutable refuses mutable parameters the backend cannot change:
 // every key must be one its module lists in BackendInfo.MutableParameters
 // and implements modify_volume for.
@@ -60,8 +73,27 @@ func (b *backend) checkMutable(params map[string]string) error {
 			}
 			return errf(codes.InvalidArgument, "mutable parameter %q: backend %q cannot change it (mutable: %s)", k, b.name, known)
 		}
+		if s, ok := b.paramSpec(k); ok {
+			if err := s.Check(params[k]); err != nil {
+				return errf(codes.InvalidArgument, "backend %q: mutable %s", b.name, err.(*abi.Error).Message)
+			}
+		}
 	}
 	return nil
+}
+
+// paramSpec is the declared spec of parameter name, if the module declares
+// its parameters.
+func (b *backend) paramSpec(name string) (abi.ParameterSpec, bool) {
+	if !b.info.DeclaresParameters {
+		return abi.ParameterSpec{}, false
+	}
+	for _, s := range b.info.Parameters {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return abi.ParameterSpec{}, false
 }
 
 func (b *backend) supportsMode(m abi.AccessMode) bool {
@@ -219,6 +251,18 @@ func checkInfo(i *abi.BackendInfo) error {
 		if !knownOp(abi.Op(op)) {
 			return fmt.Errorf("lists unknown operation %q", op)
 		}
+	}
+	seen := map[string]bool{}
+	for _, p := range i.Parameters {
+		switch p.Type {
+		case "", abi.ParamString, abi.ParamBool, abi.ParamInt, abi.ParamQuantity:
+		default:
+			return fmt.Errorf("parameter %q has unknown type %q", p.Name, p.Type)
+		}
+		if p.Name == "" || seen[p.Name] {
+			return fmt.Errorf("parameter %q is empty or declared twice", p.Name)
+		}
+		seen[p.Name] = true
 	}
 	return nil
 }

@@ -72,6 +72,9 @@ func (s *Server) backendForParams(params map[string]string) (*backend, map[strin
 			rest[k] = v
 		}
 	}
+	if err := b.checkParameters(rest); err != nil {
+		return nil, nil, err
+	}
 	return b, rest, nil
 }
 
