@@ -136,6 +136,27 @@ type ParameterSpec struct {
 	Description string `wire:"6"`
 }
 
+// DescriptionSection is the name of the custom section that describes a
+// built module (ModuleDescription, encoded like every message), so tools
+// read what a module is and asks for without running it. wasmcsi modules
+// inspect --write adds it (the SDK's declarations in BackendInfo are its
+// source); a module without it loads as before.
+const DescriptionSection = "wasmcsi.module"
+
+// ModuleDescription is the content of the DescriptionSection.
+type ModuleDescription struct {
+	Name        string `wire:"1"`
+	Version     string `wire:"2"`
+	Description string `wire:"3"`
+	// ABIVersion is the module's wasmcsi_abi_version.
+	ABIVersion int64 `wire:"4"`
+	// HostCallFamilies are the families its imports need granted.
+	HostCallFamilies []string `wire:"5"`
+	// DeclaresParameters and Parameters are BackendInfo's.
+	DeclaresParameters bool            `wire:"6"`
+	Parameters         []ParameterSpec `wire:"7"`
+}
+
 // ParameterSpec types.
 const (
 	ParamString   = "string"

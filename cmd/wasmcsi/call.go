@@ -165,52 +165,11 @@ each call on stderr.
 			}
 		}
 	}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return fmt.Errorf("modules call: %w", err)
-	}
-	dir, err := os.MkdirTemp("", "wasmcsi-call-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	if err := os.WriteFile(filepath.Join(dir, *name+".wasm"), data, 0o644); err != nil {
-		return err
-	}
-	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rt, err := modules.New(ctx, modules.Config{
-		Dir:       dir,
-		Limits:    modules.Limits{CallTimeout: 10 * time.Second, MemoryPages: 4096, PoolSize: 1, AcquireTimeout: 5 * time.Second},
-		Grants:    map[string]modules.Grant{*name: grant},
-		HostCalls: funcs,
-		Log:       log,
-		OnLoad: func(ctx context.Context, m *modules.Module) error {
-			// As the daemon does: configure, replayed on every instance.
-			if !m.Has(abi.OpConfigure) {
-				return nil
-			}
-			creq := &abi.ConfigureRequest{Config: grant.Config, Roots: grant.Roots, NodeID: *nodeID, Role: "all"}
-			_, err := m.Call(ctx, abi.OpConfigure, creq.AppendWire(nil))
-			switch {
-			case err == nil:
-				m.SetInstanceSetup(abi.OpConfigure, creq.AppendWire(nil))
-			case abi.CodeOf(err) != abi.Unimplemented:
-				return fmt.Errorf("configure: %w", err)
-			}
-			return nil
-		},
-	})
+	rt, m, err := loadOne(ctx, file, *name, grant, funcs, *nodeID, errOut, false)
 	if err != nil {
 		return err
 	}
 	defer rt.Close(context.Background())
-	if errs := rt.Load(ctx); errs[*name] != nil {
-		return errs[*name]
-	}
-	m, ok := rt.Module(*name)
-	if !ok {
-		return fmt.Errorf("modules call: module %s did not load", *name)
-	}
 	answer, err := m.Call(ctx, op, req.AppendWire(nil))
 	if err != nil {
 		return fmt.Errorf("%s: %s: %w", *name, op, err)
@@ -224,6 +183,64 @@ each call on stderr.
 	}
 	_, err = fmt.Fprintf(out, "%s\n", b)
 	return err
+}
+
+// loadOne loads file as module name into a runtime of its own, as the
+// daemon does: checked against grant and funcs, configure first (replayed
+// on every instance). With lenient a failing configure is only reported
+// on errOut. The caller closes the runtime.
+func loadOne(ctx context.Context, file, name string, grant modules.Grant, funcs map[string]hostcalls.Func, nodeID string, errOut io.Writer, lenient bool) (*modules.Runtime, *modules.Module, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := os.MkdirTemp("", "wasmcsi-call-")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, name+".wasm"), data, 0o644); err != nil {
+		return nil, nil, err
+	}
+	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rt, err := modules.New(ctx, modules.Config{
+		Dir:       dir,
+		Limits:    modules.Limits{CallTimeout: 10 * time.Second, MemoryPages: 4096, PoolSize: 1, AcquireTimeout: 5 * time.Second},
+		Grants:    map[string]modules.Grant{name: grant},
+		HostCalls: funcs,
+		Log:       log,
+		OnLoad: func(ctx context.Context, m *modules.Module) error {
+			// As the daemon does: configure, replayed on every instance.
+			if !m.Has(abi.OpConfigure) {
+				return nil
+			}
+			creq := &abi.ConfigureRequest{Config: grant.Config, Roots: grant.Roots, NodeID: nodeID, Role: "all"}
+			_, err := m.Call(ctx, abi.OpConfigure, creq.AppendWire(nil))
+			switch {
+			case err == nil:
+				m.SetInstanceSetup(abi.OpConfigure, creq.AppendWire(nil))
+			case abi.CodeOf(err) == abi.Unimplemented:
+			case lenient:
+				fmt.Fprintf(errOut, "%s: configure without its operator's configuration: %v\n", name, err)
+			default:
+				return fmt.Errorf("configure: %w", err)
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if errs := rt.Load(ctx); errs[name] != nil {
+		rt.Close(context.Background())
+		return nil, nil, errs[name]
+	}
+	m, ok := rt.Module(name)
+	if !ok {
+		rt.Close(context.Background())
+		return nil, nil, fmt.Errorf("module %s did not load", name)
+	}
+	return rt, m, nil
 }
 
 // fakeHost answers every host call the daemon offers with success and an

@@ -80,9 +80,11 @@ func TestGuideFirstTenMinutes(t *testing.T) {
 	}
 	// What each step must have shown.
 	for _, want := range []string{
-		`"LocalID": "v-`,         // modules call: the answer as JSON
-		"fake host: dir_create",  // the fake host's log of the call
-		"quota 0.1.0 quota.wasm", // modules: loaded with the grant
+		`"LocalID": "v-`,                        // modules call: the answer as JSON
+		"fake host: dir_create",                 // the fake host's log of the call
+		"from:      its wasmcsi.module section", // make build wrote it
+		"| `maxVolumes` | int | 0 | any | no |", // the declared parameter
+		"quota 0.1.0 quota.wasm",                // modules: loaded with the grant
 		"ops=backend_info,configure,create_volume,delete_volume,node_stage,node_unstage",
 	} {
 		if !strings.Contains(strings.Join(outputs, "\n"), want) {

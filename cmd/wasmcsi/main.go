@@ -7,6 +7,8 @@
 //	wasmcsi modules new NAME  write a new module's folder
 //	wasmcsi modules call FILE OP [JSON]
 //	                          run one operation of a built module
+//	wasmcsi modules inspect [--write] FILE
+//	                          describe a built module
 //	wasmcsi version           print the version
 //	wasmcsi help              print the commands and flags
 package main
@@ -56,6 +58,8 @@ Usage:
   wasmcsi modules new NAME   write the folder NAME: a new backend module, its tests and build
   wasmcsi modules call FILE OP [JSON]
                              run one operation of a built module against a fake host
+  wasmcsi modules inspect [--write] FILE
+                             print what a built module is and asks for (--write: as a custom section)
   wasmcsi config             print the embedded default configuration
   wasmcsi version            print the version
   wasmcsi help               print this help
@@ -95,6 +99,10 @@ func run(args []string, out io.Writer) error {
 				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 				defer stop()
 				return modulesCall(ctx, args[1:], out, os.Stderr)
+			case "inspect":
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				return modulesInspect(ctx, args[1:], out, os.Stderr)
 			}
 		}
 	case "serve":

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/host"
 	"github.com/wasmcsi/wasmcsi/host/config"
 )
@@ -140,5 +141,37 @@ func TestModulesNewAndCallRefuseBadArguments(t *testing.T) {
 		if _, err := os.Stat(filepath.Join("ok", f)); err != nil {
 			t.Errorf("modules new did not write %s: %v", f, err)
 		}
+	}
+}
+
+// The description section round-trips, replaces an older one, and keeps
+// every other section as it was.
+func TestDescriptionSection(t *testing.T) {
+	// A module with one custom section "name" (empty payload).
+	mod := append([]byte("\x00asm\x01\x00\x00\x00"), 0, 5, 4, 'n', 'a', 'm', 'e')
+	if _, found, err := readDescription(mod); err != nil || found {
+		t.Fatalf("a module without the section: found %v, %v", found, err)
+	}
+	d1 := &abi.ModuleDescription{Name: "quota", Version: "0.1.0", ABIVersion: abi.Version, HostCallFamilies: []string{"dir"}}
+	d2 := &abi.ModuleDescription{Name: "quota", Version: "0.2.0", DeclaresParameters: true,
+		Parameters: []abi.ParameterSpec{{Name: "maxVolumes", Type: abi.ParamInt}}}
+	once, err := writeDescription(mod, d1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice, err := writeDescription(once, d2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, found, err := readDescription(twice)
+	if err != nil || !found || got.Version != "0.2.0" || len(got.Parameters) != 1 || got.Parameters[0].Name != "maxVolumes" {
+		t.Fatalf("read back %+v, %v, %v", got, found, err)
+	}
+	secs, err := sections(twice)
+	if err != nil || len(secs) != 2 || !bytes.Equal(secs[0], mod[8:]) {
+		t.Errorf("sections %q, %v; want the original and one description", secs, err)
+	}
+	if _, err := sections([]byte("\x00asm\x01\x00\x00\x00\x00\x7f")); err == nil {
+		t.Error("a truncated section was accepted")
 	}
 }
