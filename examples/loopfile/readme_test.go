@@ -14,7 +14,9 @@ import (
 // from the declared Parameters (wasmcsi modules inspect prints the same).
 func TestReadmeShowsParameters(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
-	if err != nil {
+	if os.IsNotExist(err) {
+		t.Skip("README.md is not here: a test binary run outside the source tree (the VM tier)")
+	} else if err != nil {
 		t.Fatal(err)
 	}
 	if want := sdk.ParameterTable(Parameters); !strings.Contains(string(readme), want) {
