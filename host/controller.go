@@ -72,9 +72,6 @@ func (s *Server) backendForParams(params map[string]string) (*backend, map[strin
 			rest[k] = v
 		}
 	}
-	if err := b.checkParameters(rest); err != nil {
-		return nil, nil, err
-	}
 	return b, rest, nil
 }
 
@@ -135,6 +132,9 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	}
 	b, params, err := s.backendForParams(req.GetParameters())
 	if err != nil {
+		return nil, err
+	}
+	if err := b.checkParameters(params); err != nil {
 		return nil, err
 	}
 	for _, c := range caps {
@@ -908,6 +908,9 @@ func (s *Server) ControllerGetVolume(ctx context.Context, req *csi.ControllerGet
 func (s *Server) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
 	b, params, err := s.backendForParams(req.GetParameters())
 	if err != nil {
+		return nil, err
+	}
+	if err := b.checkParameters(params); err != nil {
 		return nil, err
 	}
 	mreq := abi.GetCapacityRequest{Parameters: params}
