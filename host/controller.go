@@ -134,9 +134,6 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.checkParameters(params); err != nil {
-		return nil, err
-	}
 	for _, c := range caps {
 		if err := b.supportsCapability(c); err != nil {
 			return nil, errf(codes.InvalidArgument, "%v", err)
@@ -184,6 +181,11 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 		}
 		return &csi.CreateVolumeResponse{Volume: csiVolume(&old)}, nil
 	} else if !errors.Is(err, state.ErrNotFound) {
+		return nil, err
+	}
+	// After the records: a name taken with other parameters is
+	// ALREADY_EXISTS whatever they are.
+	if err := b.checkParameters(params); err != nil {
 		return nil, err
 	}
 

@@ -346,8 +346,7 @@ func (r *Runtime) sync(ctx context.Context) map[string]error {
 				// Expected on such a machine, and the same at every reload:
 				// one warning per module, naming what is missing.
 				if !r.unavailable[name] {
-					r.log.Warn("module not loaded: this host lacks what it needs", "module", name,
-						"family", ue.Family, "missing", ue.Err.Error())
+					r.log.Warn("module not loaded: this host lacks what it needs", "module", name, "err", err)
 				}
 				r.unavailable[name] = true
 			} else {
