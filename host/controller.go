@@ -184,6 +184,11 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	} else if !errors.Is(err, state.ErrNotFound) {
 		return nil, err
 	}
+	// After the records: a name taken with other parameters is
+	// ALREADY_EXISTS whatever they are.
+	if err := b.checkParameters(params); err != nil {
+		return nil, err
+	}
 
 	mreq := abi.CreateVolumeRequest{
 		Name: name, Parameters: params, Capabilities: caps,
@@ -945,6 +950,9 @@ func (s *Server) ControllerGetVolume(ctx context.Context, req *csi.ControllerGet
 func (s *Server) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
 	b, params, err := s.backendForParams(req.GetParameters())
 	if err != nil {
+		return nil, err
+	}
+	if err := b.checkParameters(params); err != nil {
 		return nil, err
 	}
 	mreq := abi.GetCapacityRequest{Parameters: params}

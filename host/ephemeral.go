@@ -113,6 +113,9 @@ func (s *Server) publishEphemeral(ctx context.Context, req *csi.NodePublishVolum
 			delete(params, k)
 		}
 	}
+	if err := b.checkParameters(params); err != nil {
+		return nil, err
+	}
 	size, err := b.sizeFor(required, 0, 0)
 	if err != nil {
 		return nil, err

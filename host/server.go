@@ -150,8 +150,13 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 			return nil, fmt.Errorf("host calls: %w", err)
 		}
 	}
-	grants := map[string]modules.Grant{}
+	grants, disabled := map[string]modules.Grant{}, map[string]bool{}
 	for name, m := range cfg.Modules {
+		if m.Disabled {
+			disabled[name] = true
+			log.Info("module disabled by configuration: not loaded", "module", name)
+			continue
+		}
 		grants[name] = modules.Grant{HostCalls: m.HostCalls, Roots: m.Roots, Config: m.Config}
 		if err := createPools(m); err != nil {
 			return nil, fmt.Errorf("module %s: %w", name, err)
@@ -159,7 +164,7 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 	}
 	pins, overrides := map[string]string{}, map[string]modules.Limits{}
 	for name, m := range cfg.Modules {
-		if m.SHA256 != "" {
+		if m.SHA256 != "" && !m.Disabled {
 			pins[name] = m.SHA256
 		}
 		if m.Limits != nil {
@@ -176,6 +181,7 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 		CacheDir:     cfg.CacheDir,
 		PreferTinyGo: cfg.PreferTinyGo,
 		Pins:         pins,
+		Disabled:     disabled,
 		MemoryBudget: int64(cfg.MemoryBudgetPages) << 16,
 		Limits:       runtimeLimits(cfg.Limits),
 		Overrides:    overrides,

@@ -91,6 +91,8 @@ type GroupSnapshot struct {
 
 // Module is the operator's grant for one module.
 type Module struct {
+	// Disabled leaves the module's file in the folder unloaded.
+	Disabled  bool              `koanf:"disabled"`
 	SHA256    string            `koanf:"sha256"`
 	HostCalls []string          `koanf:"hostcalls"`
 	Roots     []string          `koanf:"roots"`
