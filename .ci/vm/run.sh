@@ -258,7 +258,7 @@ fi
 
 if [ -z "$JOB" ]; then
   # Keep the ten newest job folders of earlier runs for inspection.
-  ls -dt "$CACHE"/jobs/job.* 2>/dev/null | tail -n +10 | xargs -r rm -rf
+  { ls -dt "$CACHE"/jobs/job.* 2>/dev/null || true; } | tail -n +10 | xargs -r rm -rf
   JOB=$(mktemp -d "$CACHE/jobs/job.XXXXXX")
 else
   mkdir -p "$JOB"; JOB=$(readlink -f "$JOB")
