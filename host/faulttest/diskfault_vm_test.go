@@ -380,7 +380,7 @@ func TestDiskFaults(t *testing.T) {
 		for _, f := range disks {
 			f.heal()
 		}
-		if err := dd.Start(); err != nil {
+		if err := start(dd); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -34,8 +34,9 @@ const (
 	lwName    = "wasmcsi-faults-lw"
 	diskBytes = 192 << 20
 	logBytes  = 1 << 30
-	// cleanupEvery: every n-th checked point also deletes everything
-	// through CSI and looks for what is left behind (the last point too).
+	// cleanupEvery: every n-th checked point (and the last) also starts
+	// the daemon a second time to see its replay converged, deletes
+	// everything through CSI and looks for what is left behind.
 	cleanupEvery = 8
 )
 
@@ -391,7 +392,7 @@ func (p *powerLoss) checkPoint(an *anomalies, replay *os.File, checkImg, mnt str
 		}
 		return
 	}
-	if err := p.d.Start(); err != nil {
+	if err := start(p.d); err != nil {
 		an.add("start failed", err.Error())
 		return
 	}
@@ -480,12 +481,15 @@ func (p *powerLoss) checkPoint(an *anomalies, replay *os.File, checkImg, mnt str
 			an.add(class, fmt.Sprintf("%s (%s): %v", v.name, id, err))
 		}
 	}
+	if !full {
+		return
+	}
 	// Replay converged: a second start finds the same, with nothing left
 	// to replay.
 	if err := p.d.Stop(); err != nil {
 		an.add("not converged", err.Error())
 	}
-	if err := p.d.Start(); err != nil {
+	if err := start(p.d); err != nil {
 		an.add("start failed", "second start: "+err.Error())
 		return
 	}
@@ -499,9 +503,7 @@ func (p *powerLoss) checkPoint(an *anomalies, replay *os.File, checkImg, mnt str
 		an.add("not converged", fmt.Sprintf("second start lists volumes %v snapshots %v, first %v %v",
 			slices.Sorted(maps.Keys(vols2)), slices.Sorted(maps.Keys(snaps2)), slices.Sorted(maps.Keys(vols)), slices.Sorted(maps.Keys(snaps))))
 	}
-	if full {
-		p.cleanupAll(an, snaps2, vols2)
-	}
+	p.cleanupAll(an, snaps2, vols2)
 }
 
 // askedFor reports whether a listed volume is one the workload asked for
@@ -576,7 +578,7 @@ func (p *powerLoss) cleanupAll(an *anomalies, snaps map[string]*csi.Snapshot, vo
 	if err := p.d.Stop(); err != nil {
 		an.add("orphaned", err.Error())
 	}
-	if err := p.d.Start(); err != nil {
+	if err := start(p.d); err != nil {
 		an.add("start failed", "after cleanup: "+err.Error())
 		return
 	}

@@ -321,3 +321,12 @@ func startDaemon(t *testing.T, d *daemontest.Daemon) {
 	}
 	t.Logf("first start (compiles the modules unless cached) took %v", time.Since(begin).Round(time.Millisecond))
 }
+
+// start starts the daemon again, with room for a slow start-up: under
+// emulation loading even cached modules takes tens of seconds.
+func start(d *daemontest.Daemon) error {
+	if err := d.Spawn(); err != nil {
+		return err
+	}
+	return d.WaitReady(5 * time.Minute)
+}
