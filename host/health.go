@@ -3,8 +3,12 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
 	"github.com/wasmcsi/wasmcsi/abi"
@@ -35,6 +39,7 @@ func (s *Server) volumeHealth(ctx context.Context, id string, mreq abi.VolumeHea
 		})
 		return vh
 	}
+	vh.HealthStatuses = append(vh.HealthStatuses, rootsHealth(b.mod.Grant().Roots)...)
 	if !b.has(abi.OpVolumeHealth) {
 		return vh
 	}
@@ -47,6 +52,33 @@ func (s *Server) volumeHealth(ctx context.Context, id string, mreq abi.VolumeHea
 	}
 	vh.HealthStatuses = append(vh.HealthStatuses, healthEntries(resp.Entries)...)
 	return vh
+}
+
+// rootsHealth reports what the host sees of a backend's folders: one whose
+// filesystem the kernel made read-only (an I/O error aborted its journal,
+// or an operator remounted it) keeps every volume in it from being
+// written, and a backend that only stats its files would call it healthy.
+// Device roots (/dev/...) and names (a device-mapper prefix) are the
+// backend's to judge.
+func rootsHealth(roots []string) []*csi.VolumeHealth_VolumeHealthEntry {
+	var out []*csi.VolumeHealth_VolumeHealthEntry
+	for _, r := range roots {
+		if !filepath.IsAbs(r) || strings.HasPrefix(r, "/dev/") {
+			continue
+		}
+		var st unix.Statfs_t
+		switch err := unix.Statfs(r, &st); {
+		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
+			continue
+		case err != nil:
+			out = append(out, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_INACCESSIBLE,
+				Reason: "PoolUnreachable", Message: fmt.Sprintf("statfs %s: %v", r, err)})
+		case st.Flags&unix.ST_RDONLY != 0:
+			out = append(out, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_DEGRADED,
+				Reason: "PoolReadOnly", Message: "the filesystem of " + r + " is read-only (an I/O error stopped the kernel writing it, or it was remounted read-only): the volume's data cannot change"})
+		}
+	}
+	return out
 }
 
 // ControllerGetVolumeHealth reports one volume's health.
