@@ -328,5 +328,17 @@ func start(d *daemontest.Daemon) error {
 	if err := d.Spawn(); err != nil {
 		return err
 	}
-	return d.WaitReady(5 * time.Minute)
+	err := d.WaitReady(3 * time.Minute)
+	if err != nil && d.Running() {
+		// Hung: its goroutines (SIGQUIT) say where.
+		unix.Kill(d.Pid(), unix.SIGQUIT)
+		time.Sleep(2 * time.Second)
+		lines := d.Log()
+		if len(lines) > 80 {
+			lines = lines[:80]
+		}
+		err = fmt.Errorf("%w\ngoroutines:\n%s", err, strings.Join(lines, "\n"))
+		d.Kill(true)
+	}
+	return err
 }
