@@ -2,6 +2,7 @@ package faulttest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -434,7 +435,7 @@ func TestDiskFaults(t *testing.T) {
 		base := r.vols["base-loopfile"]
 		// Fill the pool's filesystem but for a few blocks.
 		filler := filepath.Join(loopDisk.root, "filler")
-		fillUp(t, filler, loopDisk.root, 64<<10)
+		fillUp(t, filler)
 		calls := r.faulted("ENOSPC on the loopfile pool", []codes.Code{codes.ResourceExhausted}, []string{"space", "exhausted", "full"}, []callResult{
 			{what: "CreateVolume (clone)", retry: func(c context.Context) error {
 				return r.create(c, "full-clone", "loopfile", base.capacity, volSource(base.id), base.token)
@@ -448,6 +449,8 @@ func TestDiskFaults(t *testing.T) {
 		if err := os.Remove(filler); err != nil {
 			t.Fatal(err)
 		}
+		// What the faulted calls wrote before they failed must be gone
+		// too: the retries need the room.
 		r.retried("after ENOSPC", calls)
 		r.verifyAll("after ENOSPC")
 	})
@@ -520,23 +523,28 @@ func TestDiskFaults(t *testing.T) {
 	t.Log(b.String())
 }
 
-// fillUp fills the filesystem at root with one file until leave bytes are
-// free.
-func fillUp(t *testing.T, file, root string, leave int64) {
+// fillUp fills the filesystem holding file until not even a block is
+// free (root writes into the reserved blocks too); the file goes when t
+// ends, also on failure.
+func fillUp(t *testing.T, file string) {
 	t.Helper()
-	var st unix.Statfs_t
-	if err := unix.Statfs(root, &st); err != nil {
-		t.Fatal(err)
-	}
-	free := int64(st.Bfree) * st.Bsize // root writes into the reserved blocks too
 	f, err := os.Create(file)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { os.Remove(file) })
 	defer f.Close()
-	if n := free - leave; n > 0 {
-		if err := unix.Fallocate(int(f.Fd()), 0, 0, n); err != nil {
-			t.Fatalf("fill %s: %v", root, err)
+	off := int64(0)
+	for _, chunk := range []int64{1 << 20, 4 << 10} {
+		for {
+			err := unix.Fallocate(int(f.Fd()), 0, off, chunk)
+			if errors.Is(err, unix.ENOSPC) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("fill %s: %v", file, err)
+			}
+			off += chunk
 		}
 	}
 }
