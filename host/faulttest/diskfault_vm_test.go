@@ -449,8 +449,6 @@ func TestDiskFaults(t *testing.T) {
 		if err := os.Remove(filler); err != nil {
 			t.Fatal(err)
 		}
-		// What the faulted calls wrote before they failed must be gone
-		// too: the retries need the room.
 		r.retried("after ENOSPC", calls)
 		r.verifyAll("after ENOSPC")
 	})
