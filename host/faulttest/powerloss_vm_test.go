@@ -286,6 +286,13 @@ func TestPowerLoss(t *testing.T) {
 	os.Setenv("TMPDIR", tmp)
 	p := &powerLoss{t: t, d: dd, node: filepath.Join(dd.Dir, "node"), names: map[string]bool{},
 		cur: &state{vols: map[string]*vol{}, snaps: map[string]*snap{}, deleted: map[string]string{}, sources: map[string]*source{}}}
+	// What the operator installed (modules, configuration) is durable
+	// before the daemon first starts; points before that are no state
+	// the daemon could be blamed for.
+	if err := syncFS(mnt); err != nil {
+		t.Fatal(err)
+	}
+	p.mark("installed")
 	startDaemon(t, dd)
 	rounds := envInt(t, EnvRounds, 1)
 	for r := range rounds {
@@ -310,7 +317,16 @@ func TestPowerLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := lg.DurablePoints()
+	installed := lg.FindMark("installed", 0)
+	if installed < 0 {
+		t.Fatal("mark installed missing from the log")
+	}
+	var all []int
+	for _, pt := range lg.DurablePoints() {
+		if pt > installed {
+			all = append(all, pt)
+		}
+	}
 	n := samplePoints
 	if os.Getenv(EnvPoints) == "all" {
 		n = len(all)
@@ -318,7 +334,7 @@ func TestPowerLoss(t *testing.T) {
 		n = envInt(t, EnvPoints, n)
 	}
 	points := sample(all, n)
-	t.Logf("workload: %d steps in %v; log: %d entries, %d durable points (flush or FUA), checking %d",
+	t.Logf("workload: %d steps in %v; log: %d entries, %d durable points (flush or FUA) after the install, checking %d",
 		len(p.steps), workload.Round(time.Millisecond), len(lg.Entries), len(all), len(points))
 
 	ends := make([]int, len(p.steps))   // log index of each step's end mark
@@ -714,4 +730,14 @@ func (a *anomalies) report(points int) string {
 		fmt.Fprintf(&b, "\n  %-16s %d", c, a.classes[c])
 	}
 	return b.String()
+}
+
+// syncFS makes everything on the filesystem at dir durable.
+func syncFS(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Syncfs(fd)
 }
