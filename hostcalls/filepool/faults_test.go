@@ -46,3 +46,34 @@ func TestReadOnlyPoolIsFailedPrecondition(t *testing.T) {
 		}
 	}
 }
+
+// A clone that runs out of room in the pool's filesystem answers
+// RESOURCE_EXHAUSTED (the disk-fault tier found INTERNAL).
+func TestCloneOutOfSpaceIsResourceExhausted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts a small tmpfs as the pool")
+	}
+	root := t.TempDir()
+	if err := unix.Mount("tmpfs", root, "tmpfs", 0, "size=3m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(root, unix.MNT_DETACH) })
+	p, err := filepool.Open(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	f, err := os.Create(root + "/src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.Write(make([]byte, 2<<20))
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.Clone(context.Background(), "src", "dst")
+	if got := abi.CodeOf(err); got != abi.ResourceExhausted {
+		t.Fatalf("clone into a full pool: code %v (%v), want RESOURCE_EXHAUSTED", got, err)
+	}
+}
