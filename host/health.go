@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -76,9 +78,36 @@ func rootsHealth(roots []string) []*csi.VolumeHealth_VolumeHealthEntry {
 		case st.Flags&unix.ST_RDONLY != 0:
 			out = append(out, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_DEGRADED,
 				Reason: "PoolReadOnly", Message: "the filesystem of " + r + " is read-only (an I/O error stopped the kernel writing it, or it was remounted read-only): the volume's data cannot change"})
+		case st.Type == unix.EXT4_SUPER_MAGIC:
+			if dev, n := ext4Errors(r); n > 0 {
+				out = append(out, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_DEGRADED,
+					Reason: "PoolFilesystemErrors", Message: fmt.Sprintf("the ext4 filesystem of %s (%s) recorded %d errors: after a failed write the kernel stops writing it; check the disk, unmount and fsck", r, dev, n)})
+			}
 		}
 	}
 	return out
+}
+
+// ext4Errors returns the device of the ext4 filesystem holding dir and the
+// errors the kernel counted on it (/sys/fs/ext4/<dev>/errors_count): after
+// a write error aborts the journal, writes fail with EROFS while statfs
+// may not yet say read-only.
+func ext4Errors(dir string) (string, int) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return "", 0
+	}
+	link, err := os.Readlink(fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	if err != nil {
+		return "", 0
+	}
+	dev := filepath.Base(link)
+	b, err := os.ReadFile(filepath.Join("/sys/fs/ext4", dev, "errors_count"))
+	if err != nil {
+		return dev, 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return dev, n
 }
 
 // ControllerGetVolumeHealth reports one volume's health.
