@@ -6,7 +6,8 @@
 #   make test-faults  power loss replayed from a dm-log-writes log, failing and full disks (root, QEMU)
 #   make crash      kill the daemon at KILLS random points of a mixed workload and check (root; SEED=n repeats a run)
 #   make test-nomad a Nomad dev agent runs the plugin from deploy/nomad and drives it (root)
-#   make test-k8s   a single-node Kubernetes runs the plugin as deploy/kubernetes does; upstream e2e storage suite (root)
+#   make image      the wasmcsi image as a docker-archive (bin/image/wasmcsi.tar) without Docker or a registry (root)
+#   make test-k8s   a single-node Kubernetes runs the chart's pods (helm install); upstream e2e storage suite (root)
 #   make bench      benchmarks: module calls, CSI operation rates, primitives
 #   make bench-sidebyside  wasmcsi and csi-driver-host-path measured in alternating rounds; ratios (root)
 #   make bench-scale  costs with 100 and 10,000 volumes in one run: CreateVolume, ListVolumes, start-up, memory (root)
@@ -24,16 +25,18 @@ GOSRC    := $(shell find abi sdk hostcalls host modules cmd examples -name '*.go
 # The repository's Go modules, each tested, vetted and linted in its own
 # folder as its users build it: the daemon (.); abi and sdk, all a backend
 # module's build requires; sdk/moduletest, which runs a module in the
-# daemon's runtime for tests; cmd/sidebyside, the side-by-side benchmark.
+# daemon's runtime for tests; cmd/sidebyside, the side-by-side benchmark;
+# cmd/mkimage, the image builder (go-containerregistry stays out of the
+# daemon's module).
 # No go.work: a local one would change what ./... means, so make ignores it.
-GOMODS   := . abi sdk sdk/moduletest cmd/sidebyside
+GOMODS   := . abi sdk sdk/moduletest cmd/sidebyside cmd/mkimage
 export GOWORK := off
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s
 SCALE_COUNT ?= 1
 KILLS    ?= 1000
 
-.PHONY: all build modules modules-tinygo run test sanity test-vm test-faults test-nomad test-k8s crash bench bench-sidebyside bench-scale lint tinygo clean
+.PHONY: all build modules modules-tinygo run test sanity test-vm test-faults test-nomad test-k8s image crash bench bench-sidebyside bench-scale lint tinygo clean
 
 all: build
 
@@ -84,8 +87,9 @@ test-faults:
 	VM_ENV="WASMCSI_POWERLOSS_POINTS=$(FAULT_POINTS) WASMCSI_POWERLOSS_ROUNDS=$(FAULT_ROUNDS)" \
 	VM_TEST_ARGS="-test.timeout=6h" VM_TIMEOUT=$${VM_TIMEOUT:-22000} bash .ci/vm/test.sh ./host/faulttest
 
-# make test runs the same test with 200 kill points (20 with -short); this
-# runs the daemon and modules that make build wrote, for as long as asked.
+# make test runs the same test with 200 kill points spread over four seeds
+# (20 with -short); this runs one seed (SEED, or a new one) on the daemon
+# and modules that make build wrote, for as long as asked.
 crash: build
 	WASMCSI_TEST_DAEMON=$(abspath $(BIN)/wasmcsi) WASMCSI_MODULE_DIR=$(abspath $(BIN)/modules) \
 	WASMCSI_CRASH_KILLS=$(KILLS) $(if $(SEED),WASMCSI_CRASH_SEED=$(SEED)) \
@@ -96,6 +100,18 @@ crash: build
 # with this tree's binaries; the nomad CLI and exec jobs drive every step.
 test-nomad:
 	GO=$(GO) bash .ci/nomad/test.sh
+
+# The image deploy/Dockerfile describes, built without Docker or a
+# registry by cmd/mkimage: the final stage's Debian packages by mmdebstrap
+# (installed with apt-get when missing; the root filesystem is cached under
+# /var/cache/wasmcsi/image per package list), this tree's daemon and
+# modules from make build, the same paths and entrypoint. Root.
+IMAGE_TAG ?= $(VERSION)
+IMAGE_OUT ?= $(BIN)/image/wasmcsi.tar
+image: build
+	@command -v mmdebstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap; }
+	cd cmd/mkimage && $(GO) run . wasmcsi -dockerfile $(CURDIR)/deploy/Dockerfile -from $(CURDIR)/$(BIN) \
+		-tag wasmcsi/wasmcsi:$(IMAGE_TAG) -out $(abspath $(IMAGE_OUT))
 
 # Kubernetes v1.34.2 (control plane, kubelet, e2e.test) and the CSI
 # sidecars, built once (cached under /var/cache/wasmcsi/k8s-v<version>); the

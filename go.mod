@@ -23,7 +23,6 @@ require (
 	github.com/vishvananda/netns v0.0.5
 	github.com/wasmcsi/wasmcsi/abi v0.0.0-00010101000000-000000000000
 	github.com/wasmcsi/wasmcsi/sdk v0.0.0-00010101000000-000000000000
-	github.com/wasmcsi/wasmcsi/sdk/moduletest v0.0.0-00010101000000-000000000000
 	go.etcd.io/bbolt v1.5.0
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/sys v0.49.0
@@ -58,10 +57,10 @@ require (
 	k8s.io/klog/v2 v2.140.0 // indirect
 )
 
-// abi, sdk and sdk/moduletest are modules of their own (what a backend
-// module's author requires); the daemon builds against this checkout's copy.
+// abi and sdk are modules of their own (what a backend module's author
+// requires); the daemon builds against this checkout's copy. sdk/moduletest,
+// a module of its own too, requires this one, never the other way round.
 replace (
 	github.com/wasmcsi/wasmcsi/abi => ./abi
 	github.com/wasmcsi/wasmcsi/sdk => ./sdk
-	github.com/wasmcsi/wasmcsi/sdk/moduletest => ./sdk/moduletest
 )

@@ -5,7 +5,8 @@
 #   TINYGO=$(.ci/tinygo.sh)
 #   $TINYGO build -buildmode=c-shared -scheduler=none -no-debug -o x.wasm ./examples/localdir
 #
-# The wrapper selects the wasip1 target unless the caller passes -target.
+# The wrapper selects the wasip1 target unless the caller passes -target;
+# -target=wasip1, what a TinyGo release needs, also selects it.
 #
 # Where the tinygo comes from:
 #   1. tinygo on PATH, if it is at least 0.42.0 and passes a smoke build of
@@ -81,23 +82,49 @@ write_wrapper() {
 		fi
 		echo "tinygo='$2'"
 		echo "target='$3'"
-		cat <<'EOF'
+		wrapper_body
+	} >"$1.new"
+	chmod 0755 "$1.new"
+	mv -f "$1.new" "$1"
+}
+
+# wrapper_body prints what follows a wrapper's settings; its first line
+# marks the version, so an older cached wrapper is rewritten (upgrade_wrapper).
+wrapper_body() {
+	cat <<'EOF'
+# wrapper v2: -target=wasip1 is this target
 case ${1-} in
 build | run | test | list | info) ;;
 *) exec "$tinygo" "$@" ;;
 esac
 cmd=$1
 shift
+own=-target=$target
 for arg; do
+	shift
 	case $arg in
-	-target | -target=* | --target | --target=*) exec "$tinygo" "$cmd" "$@" ;;
+	-target=wasip1 | --target=wasip1)
+		set -- "$@" "$own"
+		own=
+		;;
+	-target | -target=* | --target | --target=*)
+		set -- "$@" "$arg"
+		own=
+		;;
+	*) set -- "$@" "$arg" ;;
 	esac
 done
-exec "$tinygo" "$cmd" -target="$target" "$@"
+exec "$tinygo" "$cmd" ${own:+"$own"} "$@"
 EOF
-	} >"$1.new"
-	chmod 0755 "$1.new"
-	mv -f "$1.new" "$1"
+}
+
+# upgrade_wrapper rewrites an older wrapper's body, keeping its settings.
+upgrade_wrapper() {
+	grep -q '^# wrapper v2:' "$1" && return 0
+	{
+		sed -n "1,/^target=/p" "$1"
+		wrapper_body
+	} >"$1.new" && chmod 0755 "$1.new" && mv -f "$1.new" "$1"
 }
 
 # smoke WRAPPER builds a reactor with one export and checks it is wasm.
@@ -181,7 +208,7 @@ missing_pkgs() {
 }
 
 ready() {
-	[ -f "$dir/ok" ] && [ -z "$(missing_pkgs)" ] && "$wrapper" version >/dev/null 2>&1
+	[ -f "$dir/ok" ] && [ -z "$(missing_pkgs)" ] && upgrade_wrapper "$wrapper" && "$wrapper" version >/dev/null 2>&1
 }
 
 if ready; then

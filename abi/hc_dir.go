@@ -31,6 +31,41 @@ const (
 	HostCallDirQuotaSupported = "dir_quota_supported" // DirRequest{pool} -> DirQuotaSupport
 	// HostCallDirExists says whether a volume directory exists.
 	HostCallDirExists = "dir_exists" // DirRequest{path} -> DirExists.Exists
+	// HostCallDirList lists the volume directories of a pool folder, one
+	// bounded page at a time.
+	HostCallDirList = "dir_list" // ListRequest -> ListPage
+)
+
+// ListRequest asks dir_list or file_list for one page of the entries of the
+// pool folder Pool (a granted root itself: INVALID_ARGUMENT otherwise):
+// directories for dir_list, regular files for file_list, whose names are
+// valid volume names (the pool's own temporaries, starting with ".", and
+// symlinks are left out). Names come in byte order, those after After
+// only (empty: from the first), at most Limit of them (0: ListPageDefault;
+// more than ListPageMax: ListPageMax). Pass the previous page's Next as
+// After to continue. A name that exists for the whole listing is listed
+// exactly once; one created or removed meanwhile may or may not be. The
+// listing is not a snapshot: pair it with what your module knows (a
+// name's own host calls are serialized by the host, see ABI.md,
+// "Concurrency").
+type ListRequest struct {
+	Pool  string `wire:"1"`
+	After string `wire:"2"`
+	Limit int64  `wire:"3"`
+}
+
+// ListPage is one page of a listing: Names in byte order, and Next, the
+// After of the next page, empty when this page is the last.
+type ListPage struct {
+	Names []string `wire:"1"`
+	Next  string   `wire:"2"`
+}
+
+// Page sizes of dir_list and file_list: a page holds at most ListPageMax
+// names of at most 255 bytes each.
+const (
+	ListPageDefault = 256
+	ListPageMax     = 1024
 )
 
 // DirCreateRequest creates the directory Path (mode 0755). An existing

@@ -5,6 +5,87 @@ package abi
 import "github.com/wasmcsi/wasmcsi/abi/wire"
 
 // AppendWire appends the wire encoding of m to b. Zero fields are omitted.
+func (m *ListRequest) AppendWire(b []byte) []byte {
+	if m == nil {
+		return b
+	}
+	b = wire.AppendString(b, 1, m.Pool)
+	b = wire.AppendString(b, 2, m.After)
+	b = wire.AppendInt64(b, 3, m.Limit)
+	return b
+}
+
+// UnmarshalWire sets m to the message encoded in b, skipping unknown fields.
+func (m *ListRequest) UnmarshalWire(b []byte) error {
+	d := wire.NewDecoder(b)
+	return m.decodeWire(&d)
+}
+
+// decodeWire is UnmarshalWire on a Decoder shared with the enclosing message.
+func (m *ListRequest) decodeWire(d *wire.Decoder) error {
+	*m = ListRequest{}
+	for !d.Done() {
+		field, typ, err := d.Next()
+		if err != nil {
+			return wire.Wrap("ListRequest", 0, err)
+		}
+		switch field {
+		case 1:
+			m.Pool, err = d.String(typ)
+		case 2:
+			m.After, err = d.String(typ)
+		case 3:
+			m.Limit, err = d.Int64(typ)
+		default:
+			err = d.Skip(field, typ)
+		}
+		if err != nil {
+			return wire.Wrap("ListRequest", field, err)
+		}
+	}
+	return nil
+}
+
+// AppendWire appends the wire encoding of m to b. Zero fields are omitted.
+func (m *ListPage) AppendWire(b []byte) []byte {
+	if m == nil {
+		return b
+	}
+	b = wire.AppendStrings(b, 1, m.Names)
+	b = wire.AppendString(b, 2, m.Next)
+	return b
+}
+
+// UnmarshalWire sets m to the message encoded in b, skipping unknown fields.
+func (m *ListPage) UnmarshalWire(b []byte) error {
+	d := wire.NewDecoder(b)
+	return m.decodeWire(&d)
+}
+
+// decodeWire is UnmarshalWire on a Decoder shared with the enclosing message.
+func (m *ListPage) decodeWire(d *wire.Decoder) error {
+	*m = ListPage{}
+	for !d.Done() {
+		field, typ, err := d.Next()
+		if err != nil {
+			return wire.Wrap("ListPage", 0, err)
+		}
+		switch field {
+		case 1:
+			err = d.RepeatedString(typ, &m.Names)
+		case 2:
+			m.Next, err = d.String(typ)
+		default:
+			err = d.Skip(field, typ)
+		}
+		if err != nil {
+			return wire.Wrap("ListPage", field, err)
+		}
+	}
+	return nil
+}
+
+// AppendWire appends the wire encoding of m to b. Zero fields are omitted.
 func (m *DirCreateRequest) AppendWire(b []byte) []byte {
 	if m == nil {
 		return b

@@ -25,6 +25,9 @@ const (
 	HostCallFileStat = "file_stat" // FileRequest{path} -> FileStat
 	// HostCallFileStatfs answers the usage of a pool folder's filesystem.
 	HostCallFileStatfs = "file_statfs" // FileRequest{pool} -> FileStatfs
+	// HostCallFileList lists the volume files of a pool folder, one bounded
+	// page at a time.
+	HostCallFileList = "file_list" // ListRequest -> ListPage
 )
 
 // FileCreateRequest creates the file Path of SizeBytes: sparse, or with

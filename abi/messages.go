@@ -101,8 +101,69 @@ type BackendInfo struct {
 	// delete_volume on the node. A backend whose volumes a controller must
 	// place or publish (a shared target, a remote array) leaves it false.
 	Ephemeral bool `wire:"21"`
+	// DeclaresParameters makes Parameters the whole list of the
+	// StorageClass parameters the backend accepts (none when empty). The
+	// host then checks every CreateVolume's and GetCapacity's parameters
+	// (and the values of mutable parameters) against it before calling the
+	// module: an unknown key or a value of the wrong type or not allowed is
+	// INVALID_ARGUMENT naming it. Keys of the CO's own, starting with
+	// "csi.storage.k8s.io/", always pass. Without it the module checks its
+	// parameters itself, as modules built before it do.
+	DeclaresParameters bool `wire:"22"`
+	// Parameters are the StorageClass parameters the backend accepts.
+	Parameters []ParameterSpec `wire:"23"`
 	// SingleNodeMultiWriter and ReadOnly publish are implied by AccessModes.
 }
+
+// ParameterSpec declares one StorageClass parameter. The host checks a
+// value against Type and Allowed; the module reads it (with Default when
+// it is absent: the host does not fill it in).
+type ParameterSpec struct {
+	// Name is the parameter's key.
+	Name string `wire:"1"`
+	// Type is ParamString (any value, the default when empty), ParamBool
+	// ("true" or "false"), ParamInt (a decimal int64) or ParamQuantity (a
+	// byte count: digits with an optional Ki, Mi, Gi, Ti suffix).
+	Type string `wire:"2"`
+	// Default is what an absent parameter means, for documentation.
+	Default string `wire:"3"`
+	// Allowed, when not empty, are the only values accepted.
+	Allowed []string `wire:"4"`
+	// Mutable is true when a VolumeAttributesClass may set it too
+	// (BackendInfo.MutableParameters lists it).
+	Mutable bool `wire:"5"`
+	// Description says what it does, in one line.
+	Description string `wire:"6"`
+}
+
+// DescriptionSection is the name of the custom section that describes a
+// built module (ModuleDescription, encoded like every message), so tools
+// read what a module is and asks for without running it. wasmcsi modules
+// inspect --write adds it (the SDK's declarations in BackendInfo are its
+// source); a module without it loads as before.
+const DescriptionSection = "wasmcsi.module"
+
+// ModuleDescription is the content of the DescriptionSection.
+type ModuleDescription struct {
+	Name        string `wire:"1"`
+	Version     string `wire:"2"`
+	Description string `wire:"3"`
+	// ABIVersion is the module's wasmcsi_abi_version.
+	ABIVersion int64 `wire:"4"`
+	// HostCallFamilies are the families its imports need granted.
+	HostCallFamilies []string `wire:"5"`
+	// DeclaresParameters and Parameters are BackendInfo's.
+	DeclaresParameters bool            `wire:"6"`
+	Parameters         []ParameterSpec `wire:"7"`
+}
+
+// ParameterSpec types.
+const (
+	ParamString   = "string"
+	ParamBool     = "bool"
+	ParamInt      = "int"
+	ParamQuantity = "quantity"
+)
 
 // ConfigureRequest is sent to configure once at load, before any other
 // operation. The module checks its configuration and keeps it; an error

@@ -187,6 +187,7 @@ func (m *BackendInfo) AppendWire(b []byte) []byte {
 	if m == nil {
 		return b
 	}
+	var mark int
 	b = wire.AppendString(b, 1, m.Name)
 	b = wire.AppendString(b, 2, m.Version)
 	b = wire.AppendString(b, 3, m.Description)
@@ -208,6 +209,11 @@ func (m *BackendInfo) AppendWire(b []byte) []byte {
 	b = wire.AppendInt64(b, 19, m.MaxVolumesPerNode)
 	b = wire.AppendStrings(b, 20, m.MutableParameters)
 	b = wire.AppendBool(b, 21, m.Ephemeral)
+	b = wire.AppendBool(b, 22, m.DeclaresParameters)
+	for i := range m.Parameters {
+		b, mark = wire.BeginMessage(b, 23)
+		b = wire.EndMessage(m.Parameters[i].AppendWire(b), mark)
+	}
 	return b
 }
 
@@ -268,11 +274,132 @@ func (m *BackendInfo) decodeWire(d *wire.Decoder) error {
 			err = d.RepeatedString(typ, &m.MutableParameters)
 		case 21:
 			m.Ephemeral, err = d.Bool(typ)
+		case 22:
+			m.DeclaresParameters, err = d.Bool(typ)
+		case 23:
+			var sub wire.Decoder
+			if sub, err = d.Message(typ); err == nil {
+				m.Parameters = append(m.Parameters, ParameterSpec{})
+				err = m.Parameters[len(m.Parameters)-1].decodeWire(&sub)
+			}
 		default:
 			err = d.Skip(field, typ)
 		}
 		if err != nil {
 			return wire.Wrap("BackendInfo", field, err)
+		}
+	}
+	return nil
+}
+
+// AppendWire appends the wire encoding of m to b. Zero fields are omitted.
+func (m *ParameterSpec) AppendWire(b []byte) []byte {
+	if m == nil {
+		return b
+	}
+	b = wire.AppendString(b, 1, m.Name)
+	b = wire.AppendString(b, 2, m.Type)
+	b = wire.AppendString(b, 3, m.Default)
+	b = wire.AppendStrings(b, 4, m.Allowed)
+	b = wire.AppendBool(b, 5, m.Mutable)
+	b = wire.AppendString(b, 6, m.Description)
+	return b
+}
+
+// UnmarshalWire sets m to the message encoded in b, skipping unknown fields.
+func (m *ParameterSpec) UnmarshalWire(b []byte) error {
+	d := wire.NewDecoder(b)
+	return m.decodeWire(&d)
+}
+
+// decodeWire is UnmarshalWire on a Decoder shared with the enclosing message.
+func (m *ParameterSpec) decodeWire(d *wire.Decoder) error {
+	*m = ParameterSpec{}
+	for !d.Done() {
+		field, typ, err := d.Next()
+		if err != nil {
+			return wire.Wrap("ParameterSpec", 0, err)
+		}
+		switch field {
+		case 1:
+			m.Name, err = d.String(typ)
+		case 2:
+			m.Type, err = d.String(typ)
+		case 3:
+			m.Default, err = d.String(typ)
+		case 4:
+			err = d.RepeatedString(typ, &m.Allowed)
+		case 5:
+			m.Mutable, err = d.Bool(typ)
+		case 6:
+			m.Description, err = d.String(typ)
+		default:
+			err = d.Skip(field, typ)
+		}
+		if err != nil {
+			return wire.Wrap("ParameterSpec", field, err)
+		}
+	}
+	return nil
+}
+
+// AppendWire appends the wire encoding of m to b. Zero fields are omitted.
+func (m *ModuleDescription) AppendWire(b []byte) []byte {
+	if m == nil {
+		return b
+	}
+	var mark int
+	b = wire.AppendString(b, 1, m.Name)
+	b = wire.AppendString(b, 2, m.Version)
+	b = wire.AppendString(b, 3, m.Description)
+	b = wire.AppendInt64(b, 4, m.ABIVersion)
+	b = wire.AppendStrings(b, 5, m.HostCallFamilies)
+	b = wire.AppendBool(b, 6, m.DeclaresParameters)
+	for i := range m.Parameters {
+		b, mark = wire.BeginMessage(b, 7)
+		b = wire.EndMessage(m.Parameters[i].AppendWire(b), mark)
+	}
+	return b
+}
+
+// UnmarshalWire sets m to the message encoded in b, skipping unknown fields.
+func (m *ModuleDescription) UnmarshalWire(b []byte) error {
+	d := wire.NewDecoder(b)
+	return m.decodeWire(&d)
+}
+
+// decodeWire is UnmarshalWire on a Decoder shared with the enclosing message.
+func (m *ModuleDescription) decodeWire(d *wire.Decoder) error {
+	*m = ModuleDescription{}
+	for !d.Done() {
+		field, typ, err := d.Next()
+		if err != nil {
+			return wire.Wrap("ModuleDescription", 0, err)
+		}
+		switch field {
+		case 1:
+			m.Name, err = d.String(typ)
+		case 2:
+			m.Version, err = d.String(typ)
+		case 3:
+			m.Description, err = d.String(typ)
+		case 4:
+			m.ABIVersion, err = d.Int64(typ)
+		case 5:
+			err = d.RepeatedString(typ, &m.HostCallFamilies)
+		case 6:
+			m.DeclaresParameters, err = d.Bool(typ)
+		case 7:
+			var sub wire.Decoder
+			if sub, err = d.Message(typ); err == nil {
+				m.Parameters = append(m.Parameters, ParameterSpec{})
+				err = m.Parameters[len(m.Parameters)-1].decodeWire(&sub)
+			}
+		default:
+			err = d.Skip(field, typ)
+		}
+		if err != nil {
+			return wire.Wrap("ModuleDescription", field, err)
 		}
 	}
 	return nil

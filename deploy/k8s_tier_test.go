@@ -140,3 +140,45 @@ func TestK8sTierSidecars(t *testing.T) {
 		}
 	}
 }
+
+// TestK8sTierPodImages checks that the pods mode of the Kubernetes tier
+// (.ci/k8s/pods.sh) has an image for every sidecar container the chart's
+// DaemonSet runs: a binary that build.sh builds, packed under the image
+// name the chart renders.
+func TestK8sTierPodImages(t *testing.T) {
+	b, err := os.ReadFile("../.ci/k8s/pods.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	binaries := map[string]string{}
+	for _, f := range table(t, string(b), "K8S_TIER_IMAGES", "sidecar_binaries") {
+		if len(f) != 2 {
+			t.Fatalf("sidecar_binaries line %q: want container binary", f)
+		}
+		binaries[f[0]] = f[1]
+	}
+	build, err := os.ReadFile("../.ci/k8s/build.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	built := regexp.MustCompile(`(?m)^sidecar_bins="([^"]*)"`).FindStringSubmatch(string(build))
+	if built == nil {
+		t.Fatal("build.sh: no sidecar_bins")
+	}
+	spec, ok := workloads(t, readObjects(t, "kubernetes"))["wasmcsi"]
+	if !ok {
+		t.Fatal("kubernetes: no workload wasmcsi")
+	}
+	for _, c := range spec.Containers {
+		if c.Name == "wasmcsi" {
+			continue
+		}
+		bin, ok := binaries[c.Name]
+		switch {
+		case !ok:
+			t.Errorf("container %s (%s): pods.sh makes no image for it", c.Name, c.Image)
+		case !slices.Contains(strings.Fields(built[1]), bin):
+			t.Errorf("container %s: build.sh does not build %s", c.Name, bin)
+		}
+	}
+}

@@ -71,6 +71,10 @@ type envVar struct {
 		FieldRef *struct {
 			FieldPath string `yaml:"fieldPath"`
 		} `yaml:"fieldRef"`
+		SecretKeyRef *struct {
+			Name string `yaml:"name"`
+			Key  string `yaml:"key"`
+		} `yaml:"secretKeyRef"`
 	} `yaml:"valueFrom"`
 }
 
@@ -351,6 +355,8 @@ func podEnviron(t *testing.T, c container) []string {
 			env = append(env, e.Name+"="+testNodeID)
 		case e.ValueFrom.FieldRef != nil:
 			env = append(env, e.Name+"=x")
+		case e.ValueFrom.SecretKeyRef != nil:
+			env = append(env, e.Name+"=secret-"+e.ValueFrom.SecretKeyRef.Key)
 		default:
 			t.Fatalf("container %s: env %s: unexpected source", c.Name, e.Name)
 		}
@@ -519,6 +525,12 @@ func TestDaemonConfigMatchesPods(t *testing.T) {
 				// Probes and metrics.
 				if got := portOf(t, cfg.MetricsAddress); got != d.port("metrics") {
 					t.Errorf("metrics_address %q, container port metrics %d", cfg.MetricsAddress, d.port("metrics"))
+				}
+				// Unauthenticated metrics of a pod on the host's network
+				// would be served on every interface of the node: such a
+				// pod binds them to the loopback address.
+				if host, _, _ := net.SplitHostPort(cfg.MetricsAddress); spec.HostNetwork && !net.ParseIP(host).IsLoopback() {
+					t.Errorf("metrics_address %q of a pod on the host's network: want a loopback address", cfg.MetricsAddress)
 				}
 				probe := spec.container(t, "livenessprobe")
 				if hp, _ := flag(probe.Args, "health-port"); hp != strconv.Itoa(d.port("healthz")) {
@@ -983,7 +995,6 @@ func TestRBAC(t *testing.T) {
 				{"apps", "daemonsets", "get", "external-provisioner --capacity-ownerref-level=1"},
 				{"apps", "replicasets", "get", "external-provisioner --capacity-ownerref-level=2"},
 				{"coordination.k8s.io", "leases", "update", "leader election"},
-				{"storage.k8s.io", "volumeattachments/status", "patch", "external-attacher"},
 				{"", "persistentvolumeclaims/status", "patch", "external-resizer"},
 				{"snapshot.storage.k8s.io", "volumesnapshotcontents/status", "update", "csi-snapshotter"},
 				{"groupsnapshot.storage.k8s.io", "volumegroupsnapshotcontents", "update", "csi-snapshotter"},
@@ -992,11 +1003,21 @@ func TestRBAC(t *testing.T) {
 				{"", "pods", "list", "external-health-monitor"},
 				{"", "events", "create", "external-health-monitor"},
 			}
-			if l.dir == "kubernetes" {
-				// Changed block tracking: loopfile and dmthin serve it.
-				needs = append(needs,
-					struct{ group, resource, verb, who string }{"cbt.storage.k8s.io", "snapshotmetadataservices", "get", "snapshot-metadata"},
-					struct{ group, resource, verb, who string }{"authentication.k8s.io", "tokenreviews", "create", "snapshot-metadata"})
+			// The attacher's rules where it runs, and only there: no service
+			// account holds rules for a sidecar it does not run.
+			attacher := false
+			for _, spec := range workloads(t, objs) {
+				for _, c := range spec.Containers {
+					attacher = attacher || c.Name == "csi-attacher"
+				}
+			}
+			if attacher {
+				needs = append(needs, struct{ group, resource, verb, who string }{"storage.k8s.io", "volumeattachments/status", "patch", "external-attacher"})
+			} else if allows(granted[l.serviceAccount], "storage.k8s.io", "volumeattachments/status", "patch") {
+				t.Errorf("service account %s holds the external-attacher's rules, but no csi-attacher runs", l.serviceAccount)
+			}
+			if allows(granted[l.serviceAccount], "cbt.storage.k8s.io", "snapshotmetadataservices", "get") {
+				t.Errorf("service account %s holds the snapshot-metadata sidecar's rules, which the manifests do not run", l.serviceAccount)
 			}
 			for _, need := range needs {
 				if !allows(granted[l.serviceAccount], need.group, need.resource, need.verb) {

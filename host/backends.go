@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
 	"github.com/wasmcsi/wasmcsi/abi"
@@ -47,6 +48,19 @@ func (b *backend) supportsCapability(c abi.Capability) error {
 	return nil
 }
 
+// checkParameters refuses, for a module that declares its parameters
+// (BackendInfo.DeclaresParameters), an unknown key or a bad value with
+// INVALID_ARGUMENT naming it, before the module runs.
+func (b *backend) checkParameters(params map[string]string) error {
+	if !b.info.DeclaresParameters {
+		return nil
+	}
+	if err := abi.CheckParameters(b.info.Parameters, params); err != nil {
+		return errf(codes.InvalidArgument, "backend %q: %s", b.name, err.(*abi.Error).Message)
+	}
+	return nil
+}
+
 // checkMutable refuses mutable parameters the backend cannot change:
 // every key must be one its module lists in BackendInfo.MutableParameters
 // and implements modify_volume for.
@@ -59,8 +73,27 @@ func (b *backend) checkMutable(params map[string]string) error {
 			}
 			return errf(codes.InvalidArgument, "mutable parameter %q: backend %q cannot change it (mutable: %s)", k, b.name, known)
 		}
+		if s, ok := b.paramSpec(k); ok {
+			if err := s.Check(params[k]); err != nil {
+				return errf(codes.InvalidArgument, "backend %q: mutable %s", b.name, err.(*abi.Error).Message)
+			}
+		}
 	}
 	return nil
+}
+
+// paramSpec is the declared spec of parameter name, if the module declares
+// its parameters.
+func (b *backend) paramSpec(name string) (abi.ParameterSpec, bool) {
+	if !b.info.DeclaresParameters {
+		return abi.ParameterSpec{}, false
+	}
+	for _, s := range b.info.Parameters {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return abi.ParameterSpec{}, false
 }
 
 func (b *backend) supportsMode(m abi.AccessMode) bool {
@@ -167,7 +200,33 @@ func (s *Server) onLoad(ctx context.Context, m *modules.Module) error {
 		return fmt.Errorf("backend_info: %w", err)
 	}
 	s.infos.put(m.Digest(), info)
+	m.Describe("version", info.Version, "ops", offeredOps(m, &info), "modes", modeNames(info.AccessModes))
 	return nil
+}
+
+// offeredOps lists the operations m offers: exported and, when info
+// lists Ops, listed there.
+func offeredOps(m *modules.Module, info *abi.BackendInfo) []string {
+	var ops []string
+	for _, op := range abi.AllOps {
+		if m.Has(op) && (len(info.Ops) == 0 || contains(info.Ops, string(op))) {
+			ops = append(ops, string(op))
+		}
+	}
+	return ops
+}
+
+// modeNames names access modes as the CSI spec does; none means
+// SINGLE_NODE_WRITER (abi.BackendInfo.AccessModes).
+func modeNames(modes []int64) []string {
+	if len(modes) == 0 {
+		return []string{csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER.String()}
+	}
+	names := make([]string, len(modes))
+	for i, m := range modes {
+		names[i] = csi.VolumeCapability_AccessMode_Mode(m).String()
+	}
+	return names
 }
 
 func checkInfo(i *abi.BackendInfo) error {
@@ -193,6 +252,18 @@ func checkInfo(i *abi.BackendInfo) error {
 			return fmt.Errorf("lists unknown operation %q", op)
 		}
 	}
+	seen := map[string]bool{}
+	for _, p := range i.Parameters {
+		switch p.Type {
+		case "", abi.ParamString, abi.ParamBool, abi.ParamInt, abi.ParamQuantity:
+		default:
+			return fmt.Errorf("parameter %q has unknown type %q", p.Name, p.Type)
+		}
+		if p.Name == "" || seen[p.Name] {
+			return fmt.Errorf("parameter %q is empty or declared twice", p.Name)
+		}
+		seen[p.Name] = true
+	}
 	return nil
 }
 
@@ -214,10 +285,8 @@ func (s *Server) refreshBackends() {
 			continue
 		}
 		b := &backend{name: m.Name(), mod: m, info: info, ops: map[abi.Op]bool{}}
-		for _, op := range abi.AllOps {
-			if m.Has(op) && (len(info.Ops) == 0 || contains(info.Ops, string(op))) {
-				b.ops[op] = true
-			}
+		for _, op := range offeredOps(m, &info) {
+			b.ops[abi.Op(op)] = true
 		}
 		set.byName[b.name] = b
 		set.names = append(set.names, b.name)
@@ -305,8 +374,9 @@ func (s *Server) Describe() []string {
 			ops = append(ops, string(op))
 		}
 		slices.Sort(ops)
-		out = append(out, fmt.Sprintf("%s %s sha256:%s mount=%v block=%v fs=%v modes=%v granularity=%d ops=%s",
-			b.name, b.info.Version, b.mod.Digest(), b.info.Mount, b.info.Block, b.info.FsTypes, b.info.AccessModes, b.info.Granularity, strings.Join(ops, ",")))
+		out = append(out, fmt.Sprintf("%s %s %s sha256:%s mount=%v block=%v fs=%v modes=%s granularity=%d ops=%s",
+			b.name, b.info.Version, b.mod.File(), b.mod.Digest(), b.info.Mount, b.info.Block, b.info.FsTypes,
+			strings.Join(modeNames(b.info.AccessModes), ","), b.info.Granularity, strings.Join(ops, ",")))
 	}
 	if w := s.checkPublishAgreement(s.backends.Load()); w != "" {
 		out = append(out, "warning: "+w)

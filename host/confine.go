@@ -16,6 +16,12 @@ func (s *Server) confineDirectory(b *backend, dir string) (string, error) {
 	return s.node.ConfineDirectory(fmt.Sprintf("backend %q", b.name), b.mod.Grant().Roots, dir)
 }
 
+// bindDirectory binds dir, which confineDirectory accepted, at target by
+// a descriptor opened beneath b's roots (node.BindDirectory).
+func (s *Server) bindDirectory(ctx context.Context, b *backend, dir, target string, readOnly bool) error {
+	return s.node.BindDirectory(ctx, fmt.Sprintf("backend %q", b.name), b.mod.Grant().Roots, dir, target, readOnly)
+}
+
 // confineDevice checks that dev is a device b's grants explain and
 // returns its path and the identity the stage record keeps (a loop
 // device's backing file "<st_dev>:<st_ino>", an iSCSI disk's WWID).

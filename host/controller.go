@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -183,6 +184,11 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	} else if !errors.Is(err, state.ErrNotFound) {
 		return nil, err
 	}
+	// After the records: a name taken with other parameters is
+	// ALREADY_EXISTS whatever they are.
+	if err := b.checkParameters(params); err != nil {
+		return nil, err
+	}
 
 	mreq := abi.CreateVolumeRequest{
 		Name: name, Parameters: params, Capabilities: caps,
@@ -250,7 +256,11 @@ func (s *Server) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest)
 	v, err := s.createAndRecord(s.deferSyncs(ctx, b, &dirs), b, &intent, &mreq)
 	// Whatever the outcome, the intent goes once the pool changes are
 	// durable, after the record if there is one.
-	s.settle.add(intent.Key, dirs.Dirs(), func() error { return s.store.DropIntentSoon(intent.Key, intent.CreatedAt) })
+	source := ""
+	if srcs := copySources(&intent); len(srcs) > 0 {
+		source = srcs[0]
+	}
+	s.settle.addCopy(intent.Key, source, dirs.Dirs(), func() error { return s.store.DropIntentSoon(intent.Key, intent.CreatedAt) })
 	if err != nil {
 		return nil, err
 	}
@@ -515,6 +525,9 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 	if !ok {
 		return nil, errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", v.Backend, id)
 	}
+	if err := s.settleCopiesOf(ctx, volKey(id), "volume", id); err != nil {
+		return nil, err
+	}
 	if !v.Deleting {
 		if err := s.store.MarkVolumeDeleting(id); err != nil {
 			return nil, fmt.Errorf("mark volume %s deleting: %w", id, err)
@@ -541,6 +554,38 @@ func (s *Server) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest)
 		return ignoreNotFound(s.store.DeleteVolumeSoon(id))
 	})
 	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// settleCopiesOf makes the clones or restores of a volume or snapshot
+// (key: its volKey or snapKey) durable before it is deleted. A copy's pool
+// entry is synced by the settler, after its answer; until then a power
+// loss may take it, and start-up makes it again from its logged request,
+// which needs the source. So a source is never removed while a copy of it
+// depends on it (RATIONALE.md, "Records"): a deletion waits for the
+// settler's batch, or answers ABORTED while the copy's folder does not
+// sync. The wait happens only within the settle delay after a copy. A
+// copy whose create start-up could not finish, and which is still logged,
+// holds its source: FAILED_PRECONDITION (in use by another resource)
+// until a CreateVolume of its name or a start finishes it.
+func (s *Server) settleCopiesOf(ctx context.Context, key, what, id string) error {
+	for _, in := range s.unfinishedCopies[key] {
+		if cur, err := s.store.GetIntent(in.Key); err == nil && cur.CreatedAt.Equal(in.CreatedAt) {
+			return errf(codes.FailedPrecondition, "%s %q is the source of volume %q, whose create start-up could not finish: CreateVolume of that name, or a restart, finishes it first",
+				what, id, strings.TrimPrefix(in.Key, state.VolumeIntentKey("")))
+		} else if err != nil && !errors.Is(err, state.ErrNotFound) {
+			return err
+		}
+	}
+	if !s.settle.copying(key) {
+		return nil
+	}
+	if err := s.settle.flush(ctx); err != nil {
+		return err
+	}
+	if s.settle.copying(key) {
+		return errf(codes.Aborted, "a copy of %s %q is not durable yet: its deletion waits for it", what, id)
+	}
+	return nil
 }
 
 // deferSyncs returns ctx with d, so that the module's pool folder changes
@@ -907,6 +952,9 @@ func (s *Server) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 	if err != nil {
 		return nil, err
 	}
+	if err := b.checkParameters(params); err != nil {
+		return nil, err
+	}
 	mreq := abi.GetCapacityRequest{Parameters: params}
 	if req.GetVolumeCapabilities() != nil {
 		caps, err := capabilitiesFromCSI(req.GetVolumeCapabilities())
@@ -927,6 +975,7 @@ func (s *Server) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (
 	if err := b.call(ctx, abi.OpGetCapacity, &mreq, &resp); err != nil {
 		return nil, err
 	}
+	s.metrics.availableCapacity(b.name, resp.AvailableBytes)
 	out := &csi.GetCapacityResponse{AvailableCapacity: resp.AvailableBytes}
 	if resp.MaximumVolumeSize > 0 {
 		out.MaximumVolumeSize = wrapperspb.Int64(resp.MaximumVolumeSize)
@@ -1038,6 +1087,9 @@ func (s *Server) ControllerExpandVolume(ctx context.Context, req *csi.Controller
 	if b.info.MaxSizeBytes > 0 && size > b.info.MaxSizeBytes {
 		return nil, errf(codes.OutOfRange, "backend %q volumes are at most %d bytes", b.name, b.info.MaxSizeBytes)
 	}
+	if err := s.recordDurable(id); err != nil {
+		return nil, err
+	}
 	var resp abi.ExpandVolumeResponse
 	if err := b.call(ctx, abi.OpExpandVolume, &abi.ExpandVolumeRequest{Volume: volumeRef(&v), RequiredBytes: size, LimitBytes: limit, Capability: capability}, &resp); err != nil {
 		return nil, err
@@ -1080,6 +1132,9 @@ func (s *Server) ControllerModifyVolume(ctx context.Context, req *csi.Controller
 	if len(params) == 0 {
 		return &csi.ControllerModifyVolumeResponse{}, nil
 	}
+	if err := s.recordDurable(id); err != nil {
+		return nil, err
+	}
 	var resp abi.ModifyVolumeResponse
 	mreq := abi.ModifyVolumeRequest{Volume: volumeRef(&v), MutableParameters: params, Secrets: req.GetSecrets()}
 	if err := b.call(ctx, abi.OpModifyVolume, &mreq, &resp); err != nil {
@@ -1099,6 +1154,21 @@ func (s *Server) ControllerModifyVolume(ctx context.Context, req *csi.Controller
 		return nil, fmt.Errorf("record modification of %s: %w", id, err)
 	}
 	return &csi.ControllerModifyVolumeResponse{}, nil
+}
+
+// recordDurable makes the record of volume id durable before a call
+// changes the volume's storage. A create's record is written without
+// waiting, and until it is on disk a crash leaves start-up only the logged
+// create_volume request to rebuild it from; once an expansion or a
+// modification changed the storage, that request no longer describes it
+// (a loopfile volume grown by an expansion cut off before its record was
+// written lost its record for good: RATIONALE.md, "Records"). Nothing
+// waits when the log has nothing unsynced.
+func (s *Server) recordDurable(id string) error {
+	if err := s.store.Sync(); err != nil {
+		return fmt.Errorf("make the record of %s durable before changing it: %w", id, err)
+	}
+	return nil
 }
 
 // lockVolume takes the volume's lock and returns its record and its loaded

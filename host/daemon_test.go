@@ -69,6 +69,8 @@ type daemonOptions struct {
 	freezeTimeout time.Duration
 	// memoryBudgetPages, when set, replaces the daemon's guest memory budget.
 	memoryBudgetPages uint32
+	// pathRoots, when set, is node.path_roots.
+	pathRoots []string
 	// hostCalls are offered to modules beside the daemon's own (fakes a
 	// test controls; their family must be granted like any other).
 	hostCalls []hostcalls.Func
@@ -132,6 +134,7 @@ func startDaemon(t testing.TB, o daemonOptions) *daemon {
 	if o.memoryBudgetPages > 0 {
 		cfg.MemoryBudgetPages = o.memoryBudgetPages
 	}
+	cfg.Node.PathRoots = o.pathRoots
 	if err := os.MkdirAll(cfg.ModuleDir, 0o755); err != nil {
 		t.Fatal(err)
 	}

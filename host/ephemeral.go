@@ -113,6 +113,9 @@ func (s *Server) publishEphemeral(ctx context.Context, req *csi.NodePublishVolum
 			delete(params, k)
 		}
 	}
+	if err := b.checkParameters(params); err != nil {
+		return nil, err
+	}
 	size, err := b.sizeFor(required, 0, 0)
 	if err != nil {
 		return nil, err
@@ -264,7 +267,9 @@ func (s *Server) undoEphemeral(ctx context.Context, rec *state.Ephemeral) {
 // path is only unmounted, as for any volume.
 func (s *Server) unpublishEphemeral(ctx context.Context, rec *state.Ephemeral, target string) error {
 	if target != rec.TargetPath {
-		return s.node.Unpublish(ctx, target)
+		// Not published there: OK, and what is there is not the volume's.
+		s.log.Info("NodeUnpublish of an inline volume at another target: nothing touched", "volume", rec.COVolumeID, "target", target, "published", rec.TargetPath)
+		return nil
 	}
 	return s.teardownEphemeral(ctx, rec)
 }

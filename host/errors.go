@@ -91,7 +91,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		code := status.Code(err)
 		s.metrics.observe(info.FullMethod, code, time.Since(start))
 		if err != nil {
-			s.log.Info("csi call failed", "method", info.FullMethod, "code", code.String(), "err", status.Convert(err).Message(), "took", time.Since(start))
+			s.log.Warn("csi call failed", "method", info.FullMethod, "code", code.String(), "err", status.Convert(err).Message(), "took", time.Since(start))
 		} else {
 			s.log.Debug("csi call", "method", info.FullMethod, "took", time.Since(start))
 		}

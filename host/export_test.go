@@ -36,3 +36,11 @@ func (s *Server) HoldSettler() (release func()) {
 	<-entered
 	return sync.OnceFunc(func() { close(hold) })
 }
+
+// ForgetPublication deletes the publication record of volume id at
+// target, as a crash that lost the record before its sync does.
+func (s *Server) ForgetPublication(id, target string) error { return s.store.DeletePublish(id, target) }
+
+// ForgetStage deletes the stage record of volume id, as a crash between a
+// new stage's mount and its record's sync does.
+func (s *Server) ForgetStage(id string) error { return s.store.DeleteStage(id) }

@@ -49,7 +49,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
-	if err := nodePath("staging_target_path", staging); err != nil {
+	if err := s.nodePath("staging_target_path", staging); err != nil {
 		return nil, err
 	}
 	c, err := capabilityFromCSI(req.GetVolumeCapability())
@@ -192,7 +192,7 @@ func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publis
 	case rec.Directory != "" && rec.Block:
 		err = errf(codes.InvalidArgument, "backend %q serves directories, not block devices", b.name)
 	case rec.Directory != "":
-		err = s.node.Bind(ctx, rec.Directory, rec.StagingPath, readOnlyMode(abi.AccessMode(rec.AccessMode)), false)
+		err = s.bindDirectory(ctx, b, rec.Directory, rec.StagingPath, readOnlyMode(abi.AccessMode(rec.AccessMode)))
 	case rec.Block:
 		err = s.node.CheckDevice(rec.Device)
 	default:
@@ -293,8 +293,12 @@ func (s *Server) undoUnansweredStage(ctx context.Context, b *backend, rec *state
 func (s *Server) release(ctx context.Context, b *backend, rec *state.Stage) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stageUndoTimeout)
 	defer cancel()
-	if err := s.node.Unmount(ctx, rec.StagingPath); err != nil {
-		s.log.Warn("unmount after failed stage", "path", rec.StagingPath, "err", err)
+	// Only a mount of what node_stage named is this stage's: a stage that
+	// failed because something else is mounted at the path leaves it.
+	if s.stageMount(rec) {
+		if err := s.node.Unmount(ctx, rec.StagingPath); err != nil {
+			s.log.Warn("unmount after failed stage", "path", rec.StagingPath, "err", err)
+		}
 	}
 	if !b.has(abi.OpNodeUnstage) {
 		return
@@ -305,6 +309,18 @@ func (s *Server) release(ctx context.Context, b *backend, rec *state.Stage) {
 	}
 }
 
+// stageMount reports whether the staging path of rec is mounted from the
+// device or directory rec names.
+func (s *Server) stageMount(rec *state.Stage) bool {
+	switch {
+	case rec.Device != "":
+		return s.node.StagedAt(rec.StagingPath, rec.Device)
+	case rec.Directory != "":
+		return s.node.BindOf(rec.StagingPath, rec.Directory)
+	}
+	return false
+}
+
 // NodeUnstageVolume unmounts the staging path and lets the backend release
 // the storage. A volume that is not staged is success.
 func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
@@ -312,7 +328,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
-	if err := nodePath("staging_target_path", staging); err != nil {
+	if err := s.nodePath("staging_target_path", staging); err != nil {
 		return nil, err
 	}
 	unlock, err := s.lock(volKey(id))
@@ -321,21 +337,22 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	}
 	defer unlock()
 	rec, err := s.store.GetStage(id)
-	if errors.Is(err, state.ErrNotFound) || (err == nil && rec.StagingPath != staging) {
-		var b *backend
-		if errors.Is(err, state.ErrNotFound) {
-			if b, err = s.nodeBackend(id); err != nil {
-				return nil, err // no record, and no backend of ours owns the ID
-			}
+	if errors.Is(err, state.ErrNotFound) {
+		b, err := s.nodeBackend(id)
+		if err != nil {
+			return nil, err // no record, and no backend of ours owns the ID
 		}
-		if err := s.node.Unmount(ctx, staging); err != nil {
+		if err := s.unmountUnrecordedStage(ctx, b, id, staging); err != nil {
 			return nil, err
 		}
-		if b != nil {
-			if err := s.unstageUnrecorded(ctx, b, id, s.controllerContext(id)); err != nil {
-				return nil, err
-			}
+		if err := s.unstageUnrecorded(ctx, b, id, s.controllerContext(id)); err != nil {
+			return nil, err
 		}
+		return &csi.NodeUnstageVolumeResponse{}, nil
+	} else if err == nil && rec.StagingPath != staging {
+		// Staged, but elsewhere: not staged at this path, which the spec
+		// answers with OK. Whatever is mounted there is not this volume's.
+		s.log.Info("NodeUnstage of a path the volume is not staged at: nothing touched", "volume", id, "staging", staging, "recorded", rec.StagingPath)
 		return &csi.NodeUnstageVolumeResponse{}, nil
 	} else if err != nil {
 		return nil, err
@@ -401,6 +418,45 @@ func (s *Server) controllerContext(id string) map[string]string {
 		return v.Context
 	}
 	return nil
+}
+
+// unmountUnrecordedStage unmounts the staging path of a volume with no
+// stage record only where the mount there is one the volume's backend can
+// have made (node.OwnedMount: a pool folder, or a device its grants
+// claim) and no stage record of another volume names the path. A new
+// stage's record is written before its mount but synced after it, so a
+// crash in between leaves such a mount, and the CO's NodeUnstage must
+// release it; anything else mounted there (an unrelated filesystem, a
+// stage of another volume) is not this volume's and stays. Listing the
+// node's stage records happens only on this path, a NodeUnstage with no
+// record of its own.
+func (s *Server) unmountUnrecordedStage(ctx context.Context, b *backend, id, staging string) error {
+	owned, err := s.node.OwnedMount(ctx, b.mod.Grant().Roots, staging)
+	if err != nil {
+		return err
+	}
+	if !owned {
+		if mounted, _ := s.node.IsMounted(staging); mounted {
+			s.log.Warn("NodeUnstage of a volume with no stage record: the mount at the staging path is not the daemon's, nothing touched", "volume", id, "staging", staging)
+		}
+		return nil
+	}
+	for token := ""; ; {
+		stages, next, err := s.store.ListStages(token, 256)
+		if err != nil {
+			return err
+		}
+		for _, o := range stages {
+			if o.StagingPath == staging && o.VolumeID != id {
+				s.log.Warn("NodeUnstage of a volume with no stage record names the staging path of another: nothing touched", "volume", id, "staging", staging, "staged", o.VolumeID)
+				return nil
+			}
+		}
+		if token = next; token == "" {
+			break
+		}
+	}
+	return s.node.Unmount(ctx, staging)
 }
 
 // unstageUnrecorded lets the backend release what a NodeStage cut off by a
@@ -479,7 +535,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
-	if err := nodePath("target_path", target); err != nil {
+	if err := s.nodePath("target_path", target); err != nil {
 		return nil, err
 	}
 	c, err := capabilityFromCSI(req.GetVolumeCapability())
@@ -492,6 +548,9 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return s.publishEphemeral(ctx, req, c)
 	}
 	if err := checkPublishStagingPath(req); err != nil {
+		return nil, err
+	}
+	if err := s.inPathRoots("staging_target_path", staging); err != nil {
 		return nil, err
 	}
 	b, err := s.nodeBackend(id)
@@ -640,7 +699,7 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
-	if err := nodePath("target_path", target); err != nil {
+	if err := s.nodePath("target_path", target); err != nil {
 		return nil, err
 	}
 	unlock, err := s.lock(volKey(id))
@@ -671,6 +730,22 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		// here.
 		return nil, err
 	}
+	if perr != nil {
+		// No record: the target is this volume's only where the mount
+		// there publishes its recorded stage (a publication whose record
+		// a crash lost, by the rules start-up adopts such mounts by).
+		// Anything else there, mounted or not, is not this volume's: it
+		// is not published at target, which is OK, and nothing is touched.
+		found, ok, err := s.unrecordedPublication(ctx, id, target)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			s.log.Info("NodeUnpublish of a target with no publication of the volume: nothing touched", "volume", id, "target", target)
+			return &csi.NodeUnpublishVolumeResponse{}, nil
+		}
+		p, perr = found, nil
+	}
 	if err := s.node.Unpublish(ctx, target); err != nil {
 		return nil, err
 	}
@@ -690,6 +765,36 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, fmt.Errorf("delete publication record %s at %s: %w", id, target, err)
 	}
 	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// unrecordedPublication finds a publication of volume id at target that
+// no record names: a mount at target that binds the volume's recorded
+// stage, by the rules start-up reconciliation adopts with
+// (unrecordedPublications).
+func (s *Server) unrecordedPublication(ctx context.Context, id, target string) (state.Publish, bool, error) {
+	rec, err := s.store.GetStage(id)
+	if errors.Is(err, state.ErrNotFound) {
+		return state.Publish{}, false, nil
+	} else if err != nil {
+		return state.Publish{}, false, err
+	}
+	if mounted, err := s.node.IsMounted(target); err != nil || !mounted {
+		return state.Publish{}, false, err
+	}
+	var roots []string
+	for _, m := range s.cfg.Modules {
+		roots = append(roots, m.Roots...)
+	}
+	seen, err := s.node.Observe(ctx, roots)
+	if err != nil {
+		return state.Publish{}, false, err
+	}
+	for _, p := range s.unrecordedPublications([]state.Stage{rec}, seen, roots, map[string]bool{}) {
+		if p.TargetPath == target {
+			return p, true, nil
+		}
+	}
+	return state.Publish{}, false, nil
 }
 
 // volumeOnPath finds the stage record of a volume and checks that path is

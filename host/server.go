@@ -16,9 +16,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -67,6 +69,11 @@ type Server struct {
 	// settle completes controller operations once their pool changes
 	// are durable (settle.go).
 	settle *settler
+	// unfinishedCopies are the logged clones and restores start-up could
+	// not finish, by their source (volKey, snapKey): the source's
+	// deletion waits while one stays logged (replay.go). Written before
+	// the daemon serves, read-only after.
+	unfinishedCopies map[string][]state.Intent
 }
 
 // Options are what New needs besides the configuration.
@@ -122,7 +129,7 @@ func recoverJournals(ctx context.Context, log *slog.Logger, dir, what string) (*
 
 func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.Logger, store *state.Store) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, store: store, locks: keylock.New(), tag: newNodeTag(cfg.NodeID), settle: newSettler(log)}
-	s.metrics = newMetrics(opt.Metrics)
+	s.metrics = newMetrics(opt.Metrics, s.pools)
 	s.node = node.New(log, catalog.DeviceOwners())
 	if store != nil {
 		// Before anything else: writers hang on what a group snapshot the
@@ -143,8 +150,13 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 			return nil, fmt.Errorf("host calls: %w", err)
 		}
 	}
-	grants := map[string]modules.Grant{}
+	grants, disabled := map[string]modules.Grant{}, map[string]bool{}
 	for name, m := range cfg.Modules {
+		if m.Disabled {
+			disabled[name] = true
+			log.Info("module disabled by configuration: not loaded", "module", name)
+			continue
+		}
 		grants[name] = modules.Grant{HostCalls: m.HostCalls, Roots: m.Roots, Config: m.Config}
 		if err := createPools(m); err != nil {
 			return nil, fmt.Errorf("module %s: %w", name, err)
@@ -152,7 +164,7 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 	}
 	pins, overrides := map[string]string{}, map[string]modules.Limits{}
 	for name, m := range cfg.Modules {
-		if m.SHA256 != "" {
+		if m.SHA256 != "" && !m.Disabled {
 			pins[name] = m.SHA256
 		}
 		if m.Limits != nil {
@@ -169,6 +181,7 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 		CacheDir:     cfg.CacheDir,
 		PreferTinyGo: cfg.PreferTinyGo,
 		Pins:         pins,
+		Disabled:     disabled,
 		MemoryBudget: int64(cfg.MemoryBudgetPages) << 16,
 		Limits:       runtimeLimits(cfg.Limits),
 		Overrides:    overrides,
@@ -195,14 +208,31 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 // checked and swapped in; removed ones stop serving. Volumes of a module
 // that is gone answer FAILED_PRECONDITION until it returns.
 func (s *Server) Reload(ctx context.Context) {
-	s.rt.Reload(ctx) // the runtime logs each refused module with its reason
+	refused := s.rt.Reload(ctx) // the runtime logs each refused module with its reason
 	s.refreshBackends()
 	names := s.backends.Load().names
+	s.metrics.loaded(refused, names)
 	s.log.Info("backends loaded", "backends", names)
 	if w := s.checkPublishAgreement(s.backends.Load()); w != "" {
 		s.log.Warn(w)
 	}
 	s.ready.Store(len(names) > 0)
+}
+
+// pools lists the loaded backends' pool folders: each one's first root
+// when it is a path.
+func (s *Server) pools() []pool {
+	var ps []pool
+	set := s.backends.Load()
+	if set == nil {
+		return nil
+	}
+	for _, name := range set.names {
+		if m, ok := s.cfg.Modules[name]; ok && len(m.Roots) > 0 && filepath.IsAbs(m.Roots[0]) {
+			ps = append(ps, pool{backend: name, dir: m.Roots[0]})
+		}
+	}
+	return ps
 }
 
 // Backends returns the names of the loaded backends.
@@ -228,11 +258,63 @@ func (s *Server) Serve(ctx context.Context) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove stale socket: %w", err)
 	}
-	lis, err := net.Listen("unix", path)
+	lis, err := listenPrivate(path, s.cfg.SocketGroup)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", path, err)
+		return err
 	}
+	defer os.Remove(path)
 	return s.ServeListener(ctx, lis)
+}
+
+// listenPrivate listens on a unix socket at path whose mode does not come
+// from the umask: 0600, or 0660 owned by group when one is named (a group
+// name or number). The socket is bound in a fresh folder only the owner
+// can enter, given its mode and group there, and then renamed into place,
+// so it is never reachable with a wider mode. (The umask is the process's
+// and cannot be changed for one goroutine.)
+func listenPrivate(path, group string) (net.Listener, error) {
+	gid := -1
+	if group != "" {
+		g, err := user.LookupGroup(group)
+		if err != nil {
+			if g, err = user.LookupGroupId(group); err != nil {
+				return nil, fmt.Errorf("socket_group %q: %w", group, err)
+			}
+		}
+		if gid, err = strconv.Atoi(g.Gid); err != nil {
+			return nil, fmt.Errorf("socket_group %q: %w", group, err)
+		}
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".csi-sock-")
+	if err != nil {
+		return nil, fmt.Errorf("socket dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
+	lis, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	// The listener would remove the name it was bound to on close, which
+	// the rename makes another's: Serve removes path itself.
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
+	mode := os.FileMode(0o600)
+	if gid >= 0 {
+		mode = 0o660
+		if err := os.Chown(tmp, -1, gid); err != nil {
+			lis.Close()
+			return nil, fmt.Errorf("socket group: %w", err)
+		}
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("socket mode: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	return lis, nil
 }
 
 // ServeListener serves CSI on lis until ctx ends.

@@ -26,6 +26,7 @@ type settler struct {
 	queue   []settling
 	waiters []chan struct{} // flush callers, released after the next batch
 	pending map[string]int  // keys with a completion queued
+	copies  map[string]int  // sources (volKey, snapKey) of queued creates that copy them
 
 	kick, urgent chan struct{}
 	stop, done   chan struct{}
@@ -47,13 +48,14 @@ type settler struct {
 // settling is one operation waiting for its batch.
 type settling struct {
 	key      string   // the volume ID or intent key it completes
+	source   string   // what a create copied (volKey, snapKey), or ""
 	dirs     []string // pool folders whose entries it changed unsynced
 	complete func() error
 }
 
 func newSettler(log *slog.Logger) *settler {
 	st := &settler{
-		log: log, pending: map[string]int{}, sync: syncFolder, broken: map[string]bool{},
+		log: log, pending: map[string]int{}, copies: map[string]int{}, sync: syncFolder, broken: map[string]bool{},
 		kick: make(chan struct{}, 1), urgent: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -63,9 +65,19 @@ func newSettler(log *slog.Logger) *settler {
 
 // add queues complete to run once dirs are synced.
 func (st *settler) add(key string, dirs []string, complete func() error) {
+	st.addCopy(key, "", dirs, complete)
+}
+
+// addCopy is add for a create that copied source (volKey or snapKey of
+// a clone's or a restore's source; "" for none): until it completes, its
+// replay after a crash needs the source (copying).
+func (st *settler) addCopy(key, source string, dirs []string, complete func() error) {
 	st.mu.Lock()
-	st.queue = append(st.queue, settling{key: key, dirs: dirs, complete: complete})
+	st.queue = append(st.queue, settling{key: key, source: source, dirs: dirs, complete: complete})
 	st.pending[key]++
+	if source != "" {
+		st.copies[source]++
+	}
 	st.mu.Unlock()
 	select {
 	case st.kick <- struct{}{}:
@@ -78,6 +90,14 @@ func (st *settler) settling(key string) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.pending[key] > 0
+}
+
+// copying reports whether a create that copied source (volKey, snapKey)
+// is still queued.
+func (st *settler) copying(source string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.copies[source] > 0
 }
 
 // flush runs a batch now and returns once every operation queued before
@@ -208,6 +228,11 @@ func (st *settler) batch() {
 	for _, op := range done {
 		if st.pending[op.key]--; st.pending[op.key] <= 0 {
 			delete(st.pending, op.key)
+		}
+		if op.source != "" {
+			if st.copies[op.source]--; st.copies[op.source] <= 0 {
+				delete(st.copies, op.source)
+			}
 		}
 	}
 	if len(again) > 0 {

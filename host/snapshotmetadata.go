@@ -1,9 +1,13 @@
 package host
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -20,10 +24,23 @@ import (
 // snapshots the host lists, or a thin device of a device-mapper thin pool
 // the module may use, whose mapped or changed blocks the host reads from
 // the pool's metadata (hostcalls/dm). Either way the ranges stream in
-// messages of at most max_results entries.
+// messages of at most max_results entries, and never more than
+// maxMaxResults: a message is built whole in memory, and one of millions of
+// ranges would outgrow the 4 MiB gRPC clients accept by default.
+//
+// A thin device's ranges come from the pool's metadata snapshot, which the
+// pool holds while they are read and which serialises every other reader
+// of that pool's metadata. They are spooled to an unlinked temporary file
+// as they are read (16 bytes a range, never held in memory), the snapshot
+// is released, and only then are they sent: a slow or stalled client
+// holds its own stream, not the pool's metadata.
 
-// defaultMaxResults is the batch size when the CO leaves max_results 0.
-const defaultMaxResults = 256
+const (
+	// defaultMaxResults is the batch size when the CO leaves max_results 0.
+	defaultMaxResults = 256
+	// maxMaxResults bounds a larger max_results (about 30 KiB a message).
+	maxMaxResults = 1024
+)
 
 // snapshotSource is where one snapshot's data is: a file (pool, name) or
 // a thin device (thin, thinID).
@@ -115,27 +132,91 @@ func (r *rangeSender) finish() error {
 }
 
 // thinRanges streams a thin device's block ranges (from list, in bytes)
-// from off on, cut at the volume's size.
+// from off on, cut at the volume's size. list runs to its end before the
+// first message is sent: its ranges go through a spool (see above).
 func thinRanges(off, size int64, out *rangeSender, list func(emit func(start, end int64) error) error) error {
-	err := list(func(start, end int64) error {
+	sp, err := newRangeSpool()
+	if err != nil {
+		return err
+	}
+	defer sp.close()
+	err = list(func(start, end int64) error {
 		end = min(end, size)
 		start = max(start, off)
 		if start >= end {
 			return nil
 		}
-		return out.add(start, end-start)
+		return sp.add(start, end-start)
 	})
 	if err != nil {
+		return err
+	}
+	if err := sp.replay(out.add); err != nil {
 		return err
 	}
 	return out.finish()
 }
 
+// rangeSpool keeps ranges in an unlinked temporary file: memory stays
+// at its buffer's size however many there are, and nothing is left behind
+// by a crash.
+type rangeSpool struct {
+	f *os.File
+	w *bufio.Writer
+}
+
+func newRangeSpool() (*rangeSpool, error) {
+	f, err := os.CreateTemp("", "wasmcsi-ranges-")
+	if err != nil {
+		return nil, fmt.Errorf("spool ranges: %w", err)
+	}
+	if err := os.Remove(f.Name()); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("spool ranges: %w", err)
+	}
+	return &rangeSpool{f: f, w: bufio.NewWriterSize(f, 64<<10)}, nil
+}
+
+func (sp *rangeSpool) add(off, length int64) error {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], uint64(off))
+	binary.LittleEndian.PutUint64(b[8:], uint64(length))
+	if _, err := sp.w.Write(b[:]); err != nil {
+		return fmt.Errorf("spool ranges: %w", err)
+	}
+	return nil
+}
+
+// replay calls fn with every range added, in order.
+func (sp *rangeSpool) replay(fn func(off, length int64) error) error {
+	if err := sp.w.Flush(); err != nil {
+		return fmt.Errorf("spool ranges: %w", err)
+	}
+	if _, err := sp.f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("spool ranges: %w", err)
+	}
+	r := bufio.NewReaderSize(sp.f, 64<<10)
+	var b [16]byte
+	for {
+		if _, err := io.ReadFull(r, b[:]); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("spool ranges: %w", err)
+		}
+		if err := fn(int64(binary.LittleEndian.Uint64(b[:8])), int64(binary.LittleEndian.Uint64(b[8:]))); err != nil {
+			return err
+		}
+	}
+}
+
+func (sp *rangeSpool) close() { sp.f.Close() }
+
+// batch is the number of entries per message for the CO's max_results.
 func batch(max int32) int {
 	if max <= 0 {
 		return defaultMaxResults
 	}
-	return int(max)
+	return min(int(max), maxMaxResults)
 }
 
 func toBlockMetadata(rs []node.Range) []*csi.BlockMetadata {

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
-	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
+	"github.com/wasmcsi/wasmcsi/internal/moduletest"
 )
 
 // The SnapshotMetadata service against a real daemon serving the loopfile
@@ -374,5 +374,91 @@ func mdDetachUnder(t *testing.T, dir string) {
 				t.Errorf("detach %s: %v", dv.Path, err)
 			}
 		}
+	}
+}
+
+// TestSnapshotMetadataMaxResultsClamped: a max_results far above what one
+// message should carry still streams messages of at most 1024 entries
+// (the server's bound), every allocated range once: one message of all
+// ranges would be built whole in memory and outgrow what a client
+// accepts.
+func TestSnapshotMetadataMaxResultsClamped(t *testing.T) {
+	requireRoot(t)
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		t.Skipf("needs loop devices: %v", err)
+	}
+	const ranges, bound = 1100, 1024
+	size := int64(2*ranges) * mdBlock
+	d := startDaemon(t, daemonOptions{backend: "loopfile", wasm: moduletest.Build(t, "../examples/loopfile", moduletest.Go), hostcalls: []string{"file", "loop"}})
+	t.Cleanup(func() { mdDetachUnder(t, d.pool) })
+	ctx := context.Background()
+	work := t.TempDir()
+	block := &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+	vol, err := d.controller().CreateVolume(ctx, &csi.CreateVolumeRequest{
+		Name: "metadata-many", CapacityRange: &csi.CapacityRange{RequiredBytes: size},
+		VolumeCapabilities: []*csi.VolumeCapability{block},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := vol.GetVolume().GetVolumeId()
+	staging, target := filepath.Join(work, "staging"), filepath.Join(work, "target")
+	if _, err := d.node().NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging,
+		VolumeCapability: block, VolumeContext: vol.GetVolume().GetVolumeContext()}); err != nil {
+		t.Fatal(err)
+	}
+	staged := true
+	unstage := func() {
+		if !staged {
+			return
+		}
+		staged = false
+		if _, err := d.node().NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target}); err != nil {
+			t.Errorf("unpublish: %v", err)
+		}
+		if _, err := d.node().NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+			t.Errorf("unstage: %v", err)
+		}
+	}
+	t.Cleanup(unstage)
+	if _, err := d.node().NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: id, StagingTargetPath: staging,
+		TargetPath: target, VolumeCapability: block, VolumeContext: vol.GetVolume().GetVolumeContext()}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(target, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range int64(ranges) {
+		if _, err := f.WriteAt(mdData("many", 2*i*mdBlock, mdBlock), 2*i*mdBlock); err != nil {
+			f.Close()
+			t.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	r, err := d.controller().CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "metadata-many-1", SourceVolumeId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unstage()
+	msgs, err := mdAllocated(ctx, csi.NewSnapshotMetadataClient(d.conn), &csi.GetMetadataAllocatedRequest{SnapshotId: r.GetSnapshot().GetSnapshotId(), MaxResults: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, m := range msgs {
+		if len(m.ranges) > bound {
+			t.Errorf("a message of %d ranges, want at most %d", len(m.ranges), bound)
+		}
+		total += len(m.ranges)
+	}
+	if total != ranges {
+		t.Errorf("%d ranges in %d messages, want %d", total, len(msgs), ranges)
 	}
 }

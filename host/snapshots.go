@@ -518,6 +518,9 @@ func (s *Server) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequ
 		// The module deleted it; only the record's removal waits.
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
+	if err := s.settleCopiesOf(ctx, snapKey(id), "snapshot", id); err != nil {
+		return nil, err
+	}
 	if sn.GroupID != "" {
 		if _, err := s.store.GetGroup(sn.GroupID); err == nil {
 			// The spec's "Snapshot is part of a group": INVALID_ARGUMENT.

@@ -2,11 +2,13 @@ package host
 
 import (
 	"path/filepath"
+	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls/node"
 )
 
 // capabilityFromCSI checks one CSI capability for the fields the spec
@@ -86,6 +88,26 @@ func nodePath(field, p string) error {
 		return errf(codes.InvalidArgument, "%s missing", field)
 	}
 	return optionalNodePath(field, p)
+}
+
+// nodePath checks a staging or target path the node service mounts at
+// or unmounts: nodePath's checks, then the configured roots
+// (node.path_roots) when there are any.
+func (s *Server) nodePath(field, p string) error {
+	if err := nodePath(field, p); err != nil {
+		return err
+	}
+	return s.inPathRoots(field, p)
+}
+
+// inPathRoots refuses a path outside the configured node.path_roots (none
+// configured: any path). p is absolute and clean.
+func (s *Server) inPathRoots(field, p string) error {
+	roots := s.cfg.Node.PathRoots
+	if p == "" || len(roots) == 0 || node.Within(roots, p) || slices.Contains(roots, "/") {
+		return nil
+	}
+	return errf(codes.InvalidArgument, "%s %q is outside the node's path roots %q", field, p, roots)
 }
 
 // lookupNodePath checks a volume_path that the node service only looks up

@@ -161,7 +161,8 @@ type Device struct {
 	Path string
 	// Real is Path with its links resolved, a block device node; "" when
 	// the question is asked of the name alone, before the host looks at
-	// the node (a name inside a granted /dev root is enough).
+	// the node. Either way a family tells its devices by the device
+	// number the node has, never by the name.
 	Real string
 }
 

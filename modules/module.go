@@ -27,15 +27,18 @@ import (
 // module's current version; after its file was removed, they fail with
 // abi.Unavailable.
 type Module struct {
-	name    string
-	digest  string
-	grant   Grant
-	limits  Limits
-	rt      *Runtime
-	log     *slog.Logger
-	env     *hostcalls.Env
-	ops     map[abi.Op]bool
-	hasInit bool
+	name   string
+	file   string // the file it was loaded from, e.g. "localdir.tinygo.wasm"
+	digest string
+	grant  Grant
+	// described are OnLoad's attributes for the "module loaded" line.
+	described []any
+	limits    Limits
+	rt        *Runtime
+	log       *slog.Logger
+	env       *hostcalls.Env
+	ops       map[abi.Op]bool
+	hasInit   bool
 	// setup is replayed on every new instance (see SetInstanceSetup).
 	setup atomic.Pointer[instanceSetup]
 
@@ -56,6 +59,15 @@ func (m *Module) Name() string { return m.name }
 
 // Digest is the lower-case sha256 hex digest of the module's file.
 func (m *Module) Digest() string { return m.digest }
+
+// File is the name of the file the module was loaded from: "<name>.wasm"
+// or "<name>.tinygo.wasm".
+func (m *Module) File() string { return m.file }
+
+// Describe adds key-value attributes to the module's "module loaded" log
+// line. Only OnLoad may call it. An "ops" key replaces the list of the
+// operations the module exports with what the caller says it offers.
+func (m *Module) Describe(attrs ...any) { m.described = append(m.described, attrs...) }
 
 // Has reports whether the module exports op.
 func (m *Module) Has(op abi.Op) bool { return m.ops[op] }
@@ -282,7 +294,7 @@ func ctxError(module, what string, err error) error {
 var instrument = meter.Instrument
 
 // load compiles, checks and warms one module version. It does not publish it.
-func (r *Runtime) load(ctx context.Context, name string, data []byte, digest string) (*Module, error) {
+func (r *Runtime) load(ctx context.Context, name, file string, data []byte, digest string) (*Module, error) {
 	start := time.Now()
 	lim := r.limitsFor(name)
 	grant := r.cfg.Grants[name]
@@ -310,6 +322,7 @@ func (r *Runtime) load(ctx context.Context, name string, data []byte, digest str
 		WithCompilationCache(r.cache)
 	m := &Module{
 		name:    name,
+		file:    file,
 		digest:  digest,
 		grant:   grant,
 		limits:  lim,
@@ -371,14 +384,20 @@ func (r *Runtime) load(ctx context.Context, name string, data []byte, digest str
 			return nil, fmt.Errorf("module %q: %w", name, err)
 		}
 	}
-	ops := make([]string, 0, len(m.ops))
-	for _, op := range abi.AllOps {
-		if m.ops[op] {
-			ops = append(ops, string(op))
+	attrs := []any{"file", file, "digest", digest}
+	if !slices.Contains(m.described, any("ops")) {
+		ops := make([]string, 0, len(m.ops))
+		for _, op := range abi.AllOps {
+			if m.ops[op] {
+				ops = append(ops, string(op))
+			}
 		}
+		attrs = append(attrs, "ops", ops)
 	}
-	log.Info("module loaded", "digest", digest, "compile", compiled, "ready", time.Since(start), "metered", m.metered,
-		"ops", ops, "pool", lim.PoolSize, "memory_pages", lim.MemoryPages, "call_timeout", lim.CallTimeout)
+	attrs = append(attrs, m.described...)
+	attrs = append(attrs, "compile", compiled, "ready", time.Since(start), "metered", m.metered,
+		"pool", lim.PoolSize, "memory_pages", lim.MemoryPages, "call_timeout", lim.CallTimeout)
+	log.Info("module loaded", attrs...)
 	return m, nil
 }
 
@@ -394,11 +413,25 @@ func available(calls []hostcalls.Func) error {
 		}
 		asked[f.Family] = true
 		if err := f.Available(); err != nil {
-			return fmt.Errorf("host call family %q is not available on this host: %w", f.Family, err)
+			return &UnavailableError{Family: f.Family, Err: err}
 		}
 	}
 	return nil
 }
+
+// UnavailableError refuses a module that imports a host-call family this
+// host cannot serve (a kernel without device-mapper, no iSCSI initiator):
+// the module is fine and granted, the machine lacks what it needs.
+type UnavailableError struct {
+	Family string
+	Err    error // what is missing, as the family's check says
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("host call family %q is not available on this host: %v", e.Family, e.Err)
+}
+
+func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // instantiateHost builds the module's "wasmcsi" host module: the core
 // imports and the granted host calls it imports, nothing else.

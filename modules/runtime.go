@@ -107,6 +107,8 @@ type Config struct {
 	// Pins maps a module name to the lower-case sha256 hex digest its file
 	// must have; a mismatch refuses the module.
 	Pins map[string]string
+	// Disabled names modules whose files are left unloaded.
+	Disabled map[string]bool
 	// MemoryBudget is the linear memory, in bytes, all instances of all
 	// modules may hold together (0: DefaultMemoryBudget); one module's
 	// instances may hold at most half of it. A grow past it fails, and the
@@ -149,6 +151,10 @@ type Runtime struct {
 
 	drainMu  sync.Mutex
 	draining map[*Module]struct{}
+
+	// unavailable names the modules refused for a host-call family this
+	// host lacks and already warned about (under mu).
+	unavailable map[string]bool
 }
 
 // moduleSet is one immutable generation of loaded modules.
@@ -208,7 +214,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Runtime{cfg: cfg, log: log, draining: map[*Module]struct{}{}}
+	r := &Runtime{cfg: cfg, log: log, draining: map[*Module]struct{}{}, unavailable: map[string]bool{}}
 	r.mem.limit = cfg.MemoryBudget
 	if r.mem.limit == 0 {
 		r.mem.limit = DefaultMemoryBudget
@@ -336,6 +342,13 @@ func (r *Runtime) sync(ctx context.Context) map[string]error {
 				next[name] = old
 				r.log.Warn("module refused; previous version keeps serving",
 					"module", name, "digest", old.digest, "err", err)
+			} else if ue := (*UnavailableError)(nil); errors.As(err, &ue) {
+				// Expected on such a machine, and the same at every reload:
+				// one warning per module, naming what is missing.
+				if !r.unavailable[name] {
+					r.log.Warn("module not loaded: this host lacks what it needs", "module", name, "err", err)
+				}
+				r.unavailable[name] = true
 			} else {
 				r.log.Error("module refused", "module", name, "err", err)
 			}
@@ -353,12 +366,13 @@ func (r *Runtime) sync(ctx context.Context) map[string]error {
 			next[name] = old
 			continue
 		}
-		m, err := r.load(ctx, name, data, digest)
+		m, err := r.load(ctx, name, file, data, digest)
 		if err != nil {
 			keepOld(err)
 			continue
 		}
 		next[name] = m
+		delete(r.unavailable, name)
 	}
 	for name := range r.cfg.Pins {
 		if !seen[name] {
@@ -394,6 +408,9 @@ func (r *Runtime) moduleFiles(entries []os.DirEntry) (map[string]string, map[str
 		}
 		if !nameRE.MatchString(name) {
 			errs[file] = fmt.Errorf("module file %q: name must match %s", file, nameRE)
+			continue
+		}
+		if r.cfg.Disabled[name] {
 			continue
 		}
 		if prev, ok := files[name]; ok && strings.HasSuffix(prev, TinyGoSuffix) == r.cfg.PreferTinyGo {

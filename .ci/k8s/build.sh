@@ -13,7 +13,8 @@
 # way (its client/v8 replace pointed at the published client/v8). The proxy
 # refuses the other sidecars (provisioner, resizer, registrar, livenessprobe):
 # their sources, with vendor/, are read from $WASMCSI_THIRDPARTY/<repo>-*.tar.gz
-# (default ../shared/thirdparty beside the repository). Without them this exits
+# (default ../shared/thirdparty beside the repository), as is the
+# health monitor's. Without them this exits
 # with status 3 and says which is missing.
 #
 # Prints the bin folder on stdout; progress and per-component build times go to
@@ -31,7 +32,7 @@ bin=$top/bin
 staging=v0.${K8S_VERSION#*.}
 
 k8s_bins="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl e2e.test agnhost ginkgo pause"
-sidecar_bins="csi-provisioner csi-resizer csi-node-driver-registrar livenessprobe csi-snapshotter snapshot-controller"
+sidecar_bins="csi-provisioner csi-resizer csi-node-driver-registrar livenessprobe csi-snapshotter snapshot-controller csi-external-health-monitor-controller"
 apt_pkgs="containerd runc etcd-server containernetworking-plugins busybox-static jq iptables util-linux e2fsprogs xfsprogs"
 
 have_all() {
@@ -100,11 +101,11 @@ flock 9
 
 # The sidecars the proxy refuses: fail before an hour of building if absent.
 missing=""
-for r in external-provisioner external-resizer node-driver-registrar livenessprobe; do
+for r in external-provisioner external-resizer node-driver-registrar livenessprobe external-health-monitor; do
 	[ -n "$(tarball $r)" ] || missing="$missing $r"
 done
 if [ -n "$missing" ]; then
-	for b in csi-provisioner csi-resizer csi-node-driver-registrar livenessprobe; do
+	for b in csi-provisioner csi-resizer csi-node-driver-registrar livenessprobe csi-external-health-monitor-controller; do
 		[ -x "$bin/$b" ] || { echo "k8s build: no source tarball for$missing in $WASMCSI_THIRDPARTY (set WASMCSI_THIRDPARTY to the folder holding <repo>-<version>.tar.gz with vendor/)" >&2; exit 3; }
 	done
 fi
@@ -153,6 +154,7 @@ sidecar node-driver-registrar csi-node-driver-registrar
 sidecar livenessprobe livenessprobe
 sidecar external-resizer csi-resizer
 sidecar external-provisioner csi-provisioner
+sidecar external-health-monitor csi-external-health-monitor-controller
 
 need_k8s=""
 for b in $k8s_bins; do [ -x "$bin/$b" ] || need_k8s=1; done

@@ -1,12 +1,28 @@
 #!/usr/bin/env bash
 # The Kubernetes tier: a real single-node Kubernetes (etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, containerd, kubelet, CNI bridge)
-# on 127.0.0.1 runs this tree's bin/wasmcsi with the configuration of
-# deploy/kubernetes/configmap.yaml and the CSI sidecars with the flags of
-# deploy/kubernetes/daemonset.yaml, all as host processes with an admin
-# kubeconfig, and the upstream external-storage e2e suite (e2e.test
-# -storage.testdriver) tests it once per backend with the driver definitions
-# in .ci/k8s/drivers/.
+# on 127.0.0.1 runs wasmcsi as users install it, and the upstream
+# external-storage e2e suite (e2e.test -storage.testdriver) tests it once
+# per backend with the driver definitions in .ci/k8s/drivers/.
+#
+# Two modes (WASMCSI_K8S_MODE):
+#   pods (default)  `make image` builds the wasmcsi image and cmd/mkimage
+#                   one image per sidecar binary, tagged as the chart names
+#                   them; they are imported into containerd and
+#                   `helm install` of deploy/helm/wasmcsi runs the daemon and
+#                   every sidecar as pods under kubelet (values for this tier
+#                   in $logs/values.yaml, each justified there). After the
+#                   e2e passes: upgrade while writers write, daemon pod
+#                   deleted and its container killed, a module hot-reloaded
+#                   in the pod, helm uninstall (WASMCSI_K8S_LIFECYCLE=0 skips
+#                   these).
+#   host            this tree's bin/wasmcsi with the configuration of
+#                   deploy/kubernetes/configmap.yaml and the sidecars with
+#                   the flags of deploy/kubernetes/daemonset.yaml as host
+#                   processes with an admin kubeconfig. Kept because it needs
+#                   no image (no mmdebstrap, no Debian archive) and runs a
+#                   daemon a debugger or a fresh `make build` can attach to
+#                   between runs; it is not how users install.
 #
 # Binaries come from build.sh (cached per Kubernetes version). Images are
 # made here without a registry (pause, busybox, agnhost and a busybox
@@ -27,6 +43,7 @@
 #   WASMCSI_K8S_FOCUS='provisioning'        one e2e pass with this focus (regexp),
 #                                           instead of the full run per backend
 #   WASMCSI_K8S_PROCS=3                     ginkgo parallel processes
+#   WASMCSI_K8S_MODE=host                   the host-process mode (above)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -36,6 +53,9 @@ export WASMCSI_THIRDPARTY=${WASMCSI_THIRDPARTY:-$repo/../shared/thirdparty}
 backends=${WASMCSI_K8S_BACKENDS:-"localdir loopfile-xfs loopfile-block"}
 focus=${WASMCSI_K8S_FOCUS:-}
 procs=${WASMCSI_K8S_PROCS:-3}
+mode=${WASMCSI_K8S_MODE:-host}
+lifecycle=${WASMCSI_K8S_LIFECYCLE:-1}
+case $mode in pods | host) ;; *) echo "k8s-tier: WASMCSI_K8S_MODE=$mode: want pods or host" >&2; exit 2 ;; esac
 # kubelet refuses a loopback node IP, so the API server reaches it by its
 # host name, which must resolve to 127.0.0.1 where kubelet listens.
 node=localhost
@@ -274,13 +294,25 @@ current-context: tier
 EOF
 
 # --- control plane ---
+# Pods reach the API server at the kubernetes Service (10.0.0.1:443, what
+# kubelet puts in KUBERNETES_SERVICE_HOST). No kube-proxy runs: a DNAT rule
+# of the tier's own chain sends it to the API server on the bridge's
+# address, so in pods mode the API server listens beyond 127.0.0.1 (token
+# authentication, for the run only).
+api_bind=127.0.0.1
+if [ "$mode" = pods ]; then
+	api_bind=0.0.0.0
+	iptables -t nat -N WASMCSI-K8S-SVC &&
+		iptables -t nat -A WASMCSI-K8S-SVC -d 10.0.0.1/32 -p tcp --dport 443 -j DNAT --to-destination "10.88.77.1:$api_port" &&
+		iptables -t nat -I PREROUTING -j WASMCSI-K8S-SVC || { say "FAILED: the Service rule for the API server"; exit 1; }
+fi
 say "starting etcd, kube-apiserver (logs: $logs)"
 start etcd etcd --name "$node" --data-dir "$work/etcd" \
 	--listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
 	--listen-peer-urls "http://127.0.0.1:$((etcd_port + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((etcd_port + 1))" \
 	--initial-cluster "$node=http://127.0.0.1:$((etcd_port + 1))"
 start kube-apiserver "$bin/kube-apiserver" --etcd-servers="http://127.0.0.1:$etcd_port" \
-	--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$api_port" --cert-dir="$pki" \
+	--bind-address="$api_bind" --advertise-address=127.0.0.1 --secure-port="$api_port" --cert-dir="$pki" \
 	--tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" --client-ca-file="$pki/ca.crt" \
 	--token-auth-file="$pki/tokens.csv" --authorization-mode=RBAC --allow-privileged=true \
 	--service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$pki/sa.pub" \
@@ -416,6 +448,7 @@ start kubelet "$bin/kubelet" --config="$work/kubelet.yaml" --kubeconfig="$kubeco
 node_ready() { kubectl get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
 waitfor 120 "node $node Ready" node_ready || { tail -20 "$logs/kubelet.log"; exit 1; }
 
+if [ "$mode" = host ]; then
 # --- wasmcsi, as the DaemonSet runs it ---
 # config.yaml of the ConfigMap, with only its /var/lib/wasmcsi paths moved
 # into the work folder; the modules installed as the init container does.
@@ -447,12 +480,10 @@ node-driver-registrar     csi-node-driver-registrar   no
 csi-provisioner           csi-provisioner             yes
 csi-snapshotter           csi-snapshotter             yes
 csi-resizer               csi-resizer                 yes
-csi-external-health-monitor-controller -              yes
+csi-external-health-monitor-controller csi-external-health-monitor-controller yes
 livenessprobe             livenessprobe               no
 "
-# Binary "-": not run. The health monitor's source is neither on the module
-# proxy nor among the tarballs; it only turns ListVolumes' volume conditions
-# into events, which no spec of the suite looks at.
+# Binary "-" would mean: not run, with the reason here.
 # K8S_TIER_OVERRIDES
 # container               flag                          value
 override_table="
@@ -495,17 +526,29 @@ while read -r c b api; do
 	start "$c" env $sidecar_env "$bin/$b" "${args[@]}"
 done <<<"$sidecar_table"
 
+fi
+
 # Snapshot CRDs and the cluster's snapshot-controller, which the per-node
-# csi-snapshotter needs with distributed snapshotting on.
+# csi-snapshotter needs with distributed snapshotting on. Both are the
+# cluster's, not the driver's: the snapshot-controller runs as a host
+# process in both modes.
 kubectl apply -f "$(dirname "$bin")/crd" >/dev/null || exit 1
 start snapshot-controller "$bin/snapshot-controller" --kubeconfig="$kubeconfig" --enable-distributed-snapshotting=true --http-endpoint=127.0.0.1:9814
-kubectl apply -f deploy/kubernetes/csidriver.yaml -f deploy/kubernetes/storageclasses.yaml >/dev/null || exit 1
 waitfor 60 "the snapshot CRDs" kubectl get volumesnapshotclasses || exit 1
-kubectl apply -f deploy/kubernetes/snapshotclass.yaml >/dev/null || exit 1
+if [ "$mode" = host ]; then
+	kubectl apply -f deploy/kubernetes/csidriver.yaml -f deploy/kubernetes/storageclasses.yaml >/dev/null || exit 1
+	kubectl apply -f deploy/kubernetes/snapshotclass.yaml >/dev/null || exit 1
+else
+	. .ci/k8s/pods.sh
+	pods_install || exit 1
+fi
 csinode_ready() { kubectl get csinode "$node" -o jsonpath='{.spec.drivers[*].name}' | grep -qw wasmcsi.dev; }
-waitfor 60 "kubelet to register wasmcsi.dev" csinode_ready || { tail -20 "$logs/node-driver-registrar.log"; exit 1; }
+sidecar_log() { # CONTAINER: the last lines of its log, host process or pod
+	if [ "$mode" = host ]; then tail -20 "$logs/$1.log"; else kubectl -n "$ns" logs -l app.kubernetes.io/component=plugin -c "$1" --tail=20; fi
+}
+waitfor 60 "kubelet to register wasmcsi.dev" csinode_ready || { sidecar_log node-driver-registrar; exit 1; }
 capacity() { [ -n "$(kubectl get csistoragecapacities -n "$ns" -o name)" ]; }
-waitfor 90 "CSIStorageCapacity objects" capacity || { tail -20 "$logs/csi-provisioner.log"; exit 1; }
+waitfor 90 "CSIStorageCapacity objects" capacity || { sidecar_log csi-provisioner; exit 1; }
 t_up=$(date +%s)
 say "cluster and driver up in $((t_up - t_built)) s"
 
@@ -579,8 +622,15 @@ for b in $backends; do
 	done
 done
 
+t_e2e=$(date +%s)
+declare -a steps=()
+if [ "$mode" = pods ] && [ "$lifecycle" = 1 ]; then
+	pods_lifecycle || failed=1
+fi
+
 echo
-say "Kubernetes v$K8S_VERSION (build $((t_built - t0)) s, up $((t_up - t_built)) s, e2e $(($(date +%s) - t_up)) s)"
+say "Kubernetes v$K8S_VERSION, mode $mode (build $((t_built - t0)) s, up $((t_up - t_built)) s, e2e $((t_e2e - t_up)) s, lifecycle $(($(date +%s) - t_e2e)) s)"
 printf '%s\n' "${summary[@]}"
+[ "${#steps[@]}" = 0 ] || printf '%s\n' "${steps[@]}"
 [ "$failed" = 0 ] || { say "FAILED (logs: $logs)"; exit 1; }
 say ok

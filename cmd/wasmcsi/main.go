@@ -4,13 +4,20 @@
 //	wasmcsi [serve] [flags]   serve CSI (the default)
 //	wasmcsi config            print the embedded default configuration
 //	wasmcsi modules [flags]   load every module, print what it offers, exit
+//	wasmcsi modules new NAME  write a new module's folder
+//	wasmcsi modules call FILE OP [JSON]
+//	                          run one operation of a built module
+//	wasmcsi modules inspect [--write] FILE
+//	                          describe a built module
 //	wasmcsi version           print the version
+//	wasmcsi help              print the commands and flags
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -35,31 +42,76 @@ func main() {
 	// The daemon starts a guardian for every group snapshot that pauses
 	// writes by running itself again; this is where such a start ends.
 	quiesce.Main()
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "wasmcsi:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
+// usage is what --help prints before the flags.
+const usage = `wasmcsi serves the Container Storage Interface; storage types are
+WebAssembly backend modules in its module folder.
+
+Usage:
+  wasmcsi [serve] [flags]    serve CSI (the default command)
+  wasmcsi modules [flags]    load every module with its grant, print what it offers, exit
+  wasmcsi modules new NAME   write the folder NAME: a new backend module, its tests and build
+  wasmcsi modules call FILE OP [JSON]
+                             run one operation of a built module against a fake host
+  wasmcsi modules inspect [--write] FILE
+                             print what a built module is and asks for (--write: as a custom section)
+  wasmcsi config             print the embedded default configuration
+  wasmcsi version            print the version
+  wasmcsi help               print this help
+
+Flags of serve and modules (they override WASMCSI_* variables, which
+override the --config file, which overrides the embedded defaults):
+`
+
+func run(args []string, out io.Writer) error {
 	cmd := "serve"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
-	switch cmd {
-	case "version":
-		fmt.Println(host.Version)
-		return nil
-	case "config":
-		_, err := os.Stdout.Write(config.DefaultYAML())
-		return err
-	case "serve", "modules":
-	default:
-		return fmt.Errorf("unknown command %q (serve, modules, config, version)", cmd)
-	}
 	fs := pflag.NewFlagSet("wasmcsi", pflag.ContinueOnError)
 	config.Flags(fs)
-	if err := fs.Parse(args); err != nil {
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(out, usage)
+		fs.PrintDefaults()
+	}
+	switch cmd {
+	case "version":
+		fmt.Fprintln(out, host.Version)
+		return nil
+	case "config":
+		_, err := out.Write(config.DefaultYAML())
+		return err
+	case "help":
+		fs.Usage()
+		return nil
+	case "modules":
+		if len(args) > 0 {
+			switch args[0] {
+			case "new":
+				return modulesNew(args[1:], out)
+			case "call":
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				return modulesCall(ctx, args[1:], out, os.Stderr)
+			case "inspect":
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				return modulesInspect(ctx, args[1:], out, os.Stderr)
+			}
+		}
+	case "serve":
+	default:
+		return fmt.Errorf("unknown command %q (serve, modules, config, version, help)", cmd)
+	}
+	if err := fs.Parse(args); errors.Is(err, pflag.ErrHelp) {
+		return nil
+	} else if err != nil {
 		return err
 	}
 	cfg, err := config.Load(fs, os.Environ())

@@ -301,8 +301,14 @@ func (b *Backend) Info() abi.BackendInfo {
 		Clone:            true,
 		Restore:          true,
 		NodeExpansion:    true,
+		// dmthin takes no StorageClass parameters: the host refuses any.
+		DeclaresParameters: true,
+		Parameters:         Parameters,
 	}
 }
+
+// Parameters are dmthin's StorageClass parameters: none (README.md).
+var Parameters []abi.ParameterSpec
 
 // ready fails operations on an instance the host never configured: it
 // would not know its pool.

@@ -13,9 +13,9 @@ import (
 	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
 	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
 	"github.com/wasmcsi/wasmcsi/hostcalls/dm"
+	"github.com/wasmcsi/wasmcsi/internal/moduletest"
 	"github.com/wasmcsi/wasmcsi/modules"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
-	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
 // The built module on a real thin pool (VM tier): every operation through

@@ -235,8 +235,16 @@ func (b *Backend) Info() abi.BackendInfo {
 		NodeExpansion:    true,
 		// writeCache is also a StorageClass parameter; as a mutable one
 		// (VolumeAttributesClass) it wins over the StorageClass's.
-		MutableParameters: []string{paramWriteCache},
+		MutableParameters:  []string{paramWriteCache},
+		DeclaresParameters: true,
+		Parameters:         Parameters,
 	}
+}
+
+// Parameters are iscsi's StorageClass parameters (README.md shows them).
+var Parameters = []abi.ParameterSpec{
+	{Name: paramWriteCache, Type: abi.ParamBool, Default: "false", Mutable: true,
+		Description: "the LUN reports a write-back cache"},
 }
 
 // ready fails operations on an instance the host never configured.

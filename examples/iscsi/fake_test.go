@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/internal/moduletest"
 	"github.com/wasmcsi/wasmcsi/sdk"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
-	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
 // fakeSAN is an in-memory pool folder, LIO target and iSCSI initiator

@@ -14,9 +14,9 @@ import (
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/examples/iscsi/iscsitest"
 	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
+	"github.com/wasmcsi/wasmcsi/internal/moduletest"
 	"github.com/wasmcsi/wasmcsi/modules"
 	"github.com/wasmcsi/wasmcsi/sdk"
-	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
 // The built module against the daemon's real host calls: LIO on loopback,

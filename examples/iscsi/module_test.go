@@ -8,9 +8,9 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/examples/iscsi/iscsitest"
+	"github.com/wasmcsi/wasmcsi/internal/moduletest"
 	"github.com/wasmcsi/wasmcsi/modules"
 	"github.com/wasmcsi/wasmcsi/sdk"
-	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
 // Tests of the built module (.wasm, both toolchains) in the daemon's

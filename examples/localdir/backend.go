@@ -84,9 +84,15 @@ func (b *Backend) Info() abi.BackendInfo {
 		// The pool is this node's: a node daemon can create inline
 		// ephemeral volumes by itself.
 		Ephemeral: true,
+		// localdir takes no StorageClass parameters: the host refuses any.
+		DeclaresParameters: true,
+		Parameters:         Parameters,
 	}
 	return info
 }
+
+// Parameters are localdir's StorageClass parameters: none (README.md).
+var Parameters []abi.ParameterSpec
 
 func (b *Backend) dir(localID string) string { return b.pool + "/" + localID }
 

@@ -10,9 +10,9 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
+	"github.com/wasmcsi/wasmcsi/internal/moduletest"
 	"github.com/wasmcsi/wasmcsi/sdk"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
-	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
 // realBackend configures a Backend natively against the real dir host

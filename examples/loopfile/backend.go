@@ -169,8 +169,16 @@ func (b *Backend) Info() abi.BackendInfo {
 		MutableParameters: []string{paramPrealloc},
 		// The pool is this node's: a node daemon can create inline
 		// ephemeral volumes by itself.
-		Ephemeral: true,
+		Ephemeral:          true,
+		DeclaresParameters: true,
+		Parameters:         Parameters,
 	}
+}
+
+// Parameters are loopfile's StorageClass parameters (README.md shows them).
+var Parameters = []abi.ParameterSpec{
+	{Name: paramPrealloc, Type: abi.ParamBool, Default: "the config's prealloc (false)", Mutable: true,
+		Description: "allocate every block of the volume's file at creation (and on a change to true)"},
 }
 
 func isFsType(s string) bool {

@@ -234,11 +234,14 @@ func TestCreateVolumeIdempotent(t *testing.T) {
 	if again.LocalID != first.LocalID || again.CapacityBytes != first.CapacityBytes || len(p.files) != 1 {
 		t.Errorf("repeat gave %+v after %+v; files %v", again, first, p.files)
 	}
-	// The same name with another size finds the first file: ALREADY_EXISTS.
+	// The same name with another size finds the first file, whose answer
+	// the module cannot know reached the CO (the host answers a repeat of
+	// a recorded volume from its record): grown to the size asked, within
+	// the limit.
 	other := *req
 	other.RequiredBytes = 16 * sdk.MiB
-	if _, err := b.CreateVolume(&other); codeOf(err) != abi.AlreadyExists {
-		t.Errorf("same name, other size: %v, want ALREADY_EXISTS", err)
+	if again, err := b.CreateVolume(&other); err != nil || again.LocalID != first.LocalID || again.CapacityBytes != 16*sdk.MiB || len(p.files) != 1 {
+		t.Errorf("same name, other size: %+v, %v; files %v", again, err, p.files)
 	}
 	// Names whose slugs agree are different volumes.
 	twin, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "PVC_1", RequiredBytes: 8 * sdk.MiB, Capabilities: []abi.Capability{blockCap}})
@@ -320,7 +323,7 @@ func TestSnapshotsAndRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if restored.CapacityBytes != 32*sdk.MiB || calls() != "file_statfs file_clone file_stat file_resize file_stat" {
+	if restored.CapacityBytes != 32*sdk.MiB || calls() != "file_statfs file_stat file_clone file_stat file_resize file_stat" {
 		t.Errorf("restore: %d bytes after calls %q", restored.CapacityBytes, calls())
 	}
 	// A restore repeated after a crash finds the clone.
@@ -356,6 +359,40 @@ func TestSnapshotsAndRestore(t *testing.T) {
 	}
 	if _, err := b.SnapshotData(&abi.SnapshotDataRequest{Snapshot: snap}); codeOf(err) != abi.NotFound {
 		t.Errorf("SnapshotData of a deleted snapshot: %v, want NOT_FOUND", err)
+	}
+	// A restore replayed after its snapshot was deleted finds its own
+	// file and needs the snapshot no more.
+	if again, err := b.CreateVolume(&abi.CreateVolumeRequest{Name: "restored", RequiredBytes: 32 * sdk.MiB,
+		Capabilities: []abi.Capability{mountCap("")}, Source: &abi.VolumeSource{Snapshot: &snap}}); err != nil || again.LocalID != restored.LocalID {
+		t.Errorf("restore replayed after its snapshot's deletion: %+v, %v", again, err)
+	}
+}
+
+// A create repeated (start-up's replay) after an expansion grew the
+// volume's file finds the file and keeps it as it is; a repeat asking for
+// more grows it.
+func TestCreateFindsExpandedFile(t *testing.T) {
+	p, b := newFakePool(t, nil)
+	req := &abi.CreateVolumeRequest{Name: "grown", RequiredBytes: 16 * sdk.MiB, Capabilities: []abi.Capability{blockCap}}
+	vol, err := b.CreateVolume(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := vol.Context[ctxPath]
+	if _, err := b.ExpandVolume(&abi.ExpandVolumeRequest{Volume: abi.VolumeRef{LocalID: vol.LocalID, Context: vol.Context}, RequiredBytes: 32 * sdk.MiB}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.CreateVolume(req)
+	if err != nil || again.LocalID != vol.LocalID || again.CapacityBytes != 32*sdk.MiB || p.files[path] != 32*sdk.MiB {
+		t.Fatalf("create repeated after an expansion: %+v, %v; file %d bytes", again, err, p.files[path])
+	}
+	req.RequiredBytes = 48 * sdk.MiB
+	if again, err = b.CreateVolume(req); err != nil || again.CapacityBytes != 48*sdk.MiB || p.files[path] != 48*sdk.MiB {
+		t.Fatalf("repeat asking for more: %+v, %v; file %d bytes", again, err, p.files[path])
+	}
+	req.RequiredBytes, req.LimitBytes = 16*sdk.MiB, 16*sdk.MiB
+	if _, err := b.CreateVolume(req); codeOf(err) != abi.OutOfRange {
+		t.Errorf("repeat with a limit below the file: %v, want OUT_OF_RANGE", err)
 	}
 }
 

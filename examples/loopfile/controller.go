@@ -71,6 +71,13 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 	}
 	if source == "" {
 		err = hostcall.FileCreate(&abi.FileCreateRequest{Path: path, SizeBytes: size, Prealloc: prealloc})
+		if abi.CodeOf(err) == abi.AlreadyExists {
+			// The file of an earlier attempt, of another size: the name
+			// makes it this volume's. An expansion cut off before its
+			// record grew it, or a repeat asks for another size; it is
+			// grown, never shrunk, and limit_bytes is checked below.
+			err = growTo(path, size, prealloc)
+		}
 		if err != nil {
 			return nil, sdk.Wrap(err, "create "+path)
 		}
@@ -179,17 +186,35 @@ func (b *Backend) checkSparseBound(size int64) error {
 	return nil
 }
 
+// growTo grows the existing volume file path to size bytes when it is
+// smaller (allocating every block when prealloc); a larger one stays as
+// it is.
+func growTo(path string, size int64, prealloc bool) error {
+	st, err := hostcall.FileStat(path)
+	if err != nil {
+		return err
+	}
+	if st.SizeBytes >= size {
+		return nil
+	}
+	return hostcall.FileResize(&abi.FileResizeRequest{Path: path, SizeBytes: size, Prealloc: prealloc})
+}
+
 // cloneTo makes target a copy of source of at least size bytes, with
 // every block allocated when prealloc (a clone shares or copies its
 // source's blocks and keeps its holes). A target already there is the work
-// of an earlier attempt (files appear only when complete); a target that
-// cannot be grown or allocated is removed again, so a failed attempt
-// leaves nothing behind.
+// of an earlier attempt (files appear only when complete), which needs its
+// source no more: start-up's replay of a clone or restore may come after
+// the source was deleted. A target that cannot be grown or allocated is
+// removed again, so a failed attempt leaves nothing behind.
 func cloneTo(source, target string, size int64, prealloc bool) error {
-	if err := hostcall.FileClone(source, target); err != nil && abi.CodeOf(err) != abi.AlreadyExists {
-		return sdk.Wrap(err, "clone "+source+" to "+target)
-	}
 	st, err := hostcall.FileStat(target)
+	if abi.CodeOf(err) == abi.NotFound {
+		if err := hostcall.FileClone(source, target); err != nil && abi.CodeOf(err) != abi.AlreadyExists {
+			return sdk.Wrap(err, "clone "+source+" to "+target)
+		}
+		st, err = hostcall.FileStat(target)
+	}
 	if err != nil {
 		return sdk.Wrap(err, "stat "+target)
 	}

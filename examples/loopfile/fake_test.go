@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/internal/moduletest"
 	"github.com/wasmcsi/wasmcsi/sdk"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
-	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
 // fakePool is an in-memory pool folder and loop driver behind a FakeHost,

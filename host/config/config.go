@@ -34,6 +34,7 @@ func DefaultYAML() []byte { return append([]byte(nil), defaultYAML...) }
 type Config struct {
 	DriverName       string            `koanf:"driver_name"`
 	Endpoint         string            `koanf:"endpoint"`
+	SocketGroup      string            `koanf:"socket_group"`
 	NodeID           string            `koanf:"node_id"`
 	Role             string            `koanf:"role"`
 	StateDir         string            `koanf:"state_dir"`
@@ -48,6 +49,7 @@ type Config struct {
 	LogFormat        string            `koanf:"log_format"`
 	Limits           Limits            `koanf:"limits"`
 	Reconcile        Reconcile         `koanf:"reconcile"`
+	Node             NodePaths         `koanf:"node"`
 	GroupSnapshot    GroupSnapshot     `koanf:"group_snapshot"`
 	Modules          map[string]Module `koanf:"modules"`
 
@@ -72,6 +74,15 @@ type Reconcile struct {
 	Clean bool `koanf:"clean"`
 }
 
+// NodePaths confines the staging and target paths the CO names.
+type NodePaths struct {
+	// PathRoots, when not empty, are the only folders staging and target
+	// paths may lie in (the kubelet's folder, Nomad's
+	// stage_publish_base_dir); a node call naming another path is
+	// INVALID_ARGUMENT.
+	PathRoots []string `koanf:"path_roots"`
+}
+
 // GroupSnapshot bounds how long a group snapshot may pause the writes of
 // its members (host/RATIONALE.md, "Group snapshots").
 type GroupSnapshot struct {
@@ -80,6 +91,8 @@ type GroupSnapshot struct {
 
 // Module is the operator's grant for one module.
 type Module struct {
+	// Disabled leaves the module's file in the folder unloaded.
+	Disabled  bool              `koanf:"disabled"`
 	SHA256    string            `koanf:"sha256"`
 	HostCalls []string          `koanf:"hostcalls"`
 	Roots     []string          `koanf:"roots"`
@@ -203,6 +216,11 @@ func (c *Config) normalize() error {
 	for _, p := range []*string{&c.StateDir, &c.ModuleDir, &c.CacheDir} {
 		if *p, err = abs(*p); err != nil {
 			return err
+		}
+	}
+	for _, r := range c.Node.PathRoots {
+		if !filepath.IsAbs(r) || filepath.Clean(r) != r {
+			return fmt.Errorf("config: node.path_roots: %q is not an absolute, clean path", r)
 		}
 	}
 	c.Endpoint, err = normalizeEndpoint(c.Endpoint)

@@ -307,6 +307,13 @@ func (w *workload) checkNodeRecords() {
 // reported lost belongs to a volume the CO has unstaged (or deleted) —
 // unless the kill cut off that very NodeUnstage — and is a stale record.
 func (w *workload) startupFindings(victims []*op) {
+	// A logged create or a marked deletion start-up could not finish
+	// stays until the next start, and again then: a replay that does not
+	// converge (a create's older request against a volume expanded
+	// since) never does.
+	for _, u := range w.d.unfinished() {
+		w.an.add(replayStuck, u, "start-up: %s", u)
+	}
 	for _, f := range w.d.findings() {
 		w.stats.findings[f.Kind]++
 		if f.Kind != "stage-lost" {

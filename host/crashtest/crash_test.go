@@ -18,10 +18,14 @@ import (
 )
 
 // EnvKills sets the number of kill points (default 200, 20 with -short);
-// EnvSeed repeats a run.
+// EnvSeed repeats a run; EnvSeeds spreads the kill points over that many
+// runs with seeds of their own, each with a fresh daemon (default 4, or 1
+// when EnvKills or EnvSeed is set): every seed starts from an empty pool
+// and takes another course, so one make test covers more of them.
 const (
 	EnvKills = "WASMCSI_CRASH_KILLS"
 	EnvSeed  = "WASMCSI_CRASH_SEED"
+	EnvSeeds = "WASMCSI_CRASH_SEEDS"
 )
 
 // callTimeout bounds one CSI call; a call that takes longer has hung.
@@ -56,12 +60,13 @@ func TestCrash(t *testing.T) {
 	if testing.Short() {
 		kills = 20
 	}
+	seeds := 4
 	if s := os.Getenv(EnvKills); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {
 			t.Fatalf("%s=%q: want a positive number", EnvKills, s)
 		}
-		kills = n
+		kills, seeds = n, 1
 	}
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv(EnvSeed); s != "" {
@@ -69,8 +74,34 @@ func TestCrash(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s=%q: %v", EnvSeed, s, err)
 		}
-		seed = n
+		seed, seeds = n, 1
 	}
+	if s := os.Getenv(EnvSeeds); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("%s=%q: want a positive number", EnvSeeds, s)
+		}
+		seeds = n
+	}
+	if seeds == 1 {
+		crashRun(t, seed, kills)
+		return
+	}
+	rng := rand.New(rand.NewPCG(seed, seed>>1))
+	for i := range seeds {
+		s, k := rng.Uint64(), kills/seeds
+		if i < kills%seeds {
+			k++
+		}
+		if !t.Run(fmt.Sprintf("seed=%d", s), func(t *testing.T) { crashRun(t, s, k) }) {
+			t.Logf("%s=%d %s=%d repeats the failed run", EnvSeed, s, EnvKills, k)
+		}
+	}
+}
+
+// crashRun runs the crash test with one seed and kill count, on a daemon
+// of its own.
+func crashRun(t *testing.T, seed uint64, kills int) {
 	// The seed fixes every choice of the run; where in a call a kill lands
 	// also depends on timing, so a repeat follows the same path as far as
 	// the calls cut off are the same.

@@ -2,12 +2,14 @@ package crashtest
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/host/internal/daemontest"
-	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
+	"github.com/wasmcsi/wasmcsi/internal/moduletest"
 )
 
 // EnvToolchain picks the modules' build: go (the default, as make build)
@@ -46,6 +48,28 @@ func newDaemon(t *testing.T) *daemon {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// unfinished returns the errors of the current process's log that say
+// start-up could not finish a logged create or a marked deletion
+// (replay.go): what a crash left must converge at the next start.
+func (d *daemon) unfinished() []string {
+	var out []string
+	for _, line := range d.Log() {
+		var rec struct {
+			Level string `json:"level"`
+			Msg   string `json:"msg"`
+			Name  string `json:"name"`
+			Vol   string `json:"volume"`
+			Snap  string `json:"snapshot"`
+			Err   string `json:"err"`
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Level != "ERROR" || !strings.HasPrefix(rec.Msg, "finish ") {
+			continue
+		}
+		out = append(out, strings.TrimSpace(fmt.Sprintf("%s %s%s%s: %s", rec.Msg, rec.Name, rec.Vol, rec.Snap, rec.Err)))
+	}
+	return out
 }
 
 // finding is one start-up reconciliation report of the daemon's log.

@@ -14,8 +14,10 @@
 //
 // Everything lives in the test files; this file only holds the package
 // comment. The test needs root and loop devices and skips without them.
-// `make crash KILLS=N` runs a longer round; WASMCSI_CRASH_SEED repeats
-// one's choices; WASMCSI_CRASH_KEEP keeps a failed run's folder.
+// make test spreads its kill points over four seeds, each on a daemon of
+// its own; `make crash KILLS=N` runs one longer round; WASMCSI_CRASH_SEED
+// repeats one's choices (WASMCSI_CRASH_SEEDS sets the number of seeds);
+// WASMCSI_CRASH_KEEP keeps a failed run's folder.
 // It must never touch anything outside its own temporary folder, and it
 // releases everything under it when it ends, also when it fails.
 package crashtest

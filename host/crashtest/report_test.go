@@ -31,12 +31,13 @@ const (
 	noStart        = "daemon does not start"
 	cleanupFailed  = "cleanup failed"
 	refusedDelete  = "delete refused"
+	replayStuck    = "replay not finished"
 )
 
 var classes = []string{
 	lostVolume, lostSnapshot, dataLost, restoreMissing, partialCopy, retryFailed, callFailed,
 	unusable, snapUnusable, capacityLost, missingMount, leakedMount, leakedLoop, leakedFile,
-	staleRecord, staleNode, refusedDelete, noStart, cleanupFailed,
+	staleRecord, staleNode, refusedDelete, replayStuck, noStart, cleanupFailed,
 }
 
 type anomaly struct {

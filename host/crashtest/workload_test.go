@@ -28,8 +28,16 @@ const (
 	localdirBytes = 64 << 20
 	loopfileBytes = 32 << 20
 	expandStep    = 16 << 20
-	maxLoopBytes  = loopfileBytes + 3*expandStep
+	maxExpands    = 3
 )
+
+// maxBytes is the capacity up to which the workload expands v.
+func maxBytes(v *volume) int64 {
+	if v.backend == "loopfile" {
+		return loopfileBytes + maxExpands*expandStep
+	}
+	return localdirBytes + maxExpands*expandStep
+}
 
 // volume is one volume the CO was told about.
 type volume struct {
@@ -206,19 +214,35 @@ func (o *op) String() string {
 func (d *daemon) staging(v *volume) string { return filepath.Join(d.node, "staging", v.name) }
 func (d *daemon) target(v *volume) string  { return filepath.Join(d.node, "pods", v.name, "vol") }
 
-// choice is a candidate op with its weight.
+// choice is a candidate op with its weight, and its weight among the ops
+// a kill cuts off (even).
 type choice struct {
-	weight int
-	make   func() *op
+	weight, even int
+	make         func() *op // nil when it could not be made
 }
 
 // pick chooses the next op at random among what the model allows: by
 // weight for the workload's own course, or each kind alike for the op the
-// kill will cut off, so that every kind is killed about as often.
+// kill will cut off, so that every kind is killed about as often, but for
+// expansions, which are killed three times as often (twice of any volume,
+// once of a fresh one): each changes a volume whose create start-up may
+// replay.
 func (w *workload) pick(evenly bool) *op {
+	for range 3 {
+		if o := w.pickOnce(evenly, true); o != nil {
+			return o
+		}
+	}
+	return w.pickOnce(evenly, false)
+}
+
+// pickOnce is pick; fresh allows the expansion of a fresh volume, the one
+// choice that makes nothing when its create fails.
+func (w *workload) pickOnce(evenly, fresh bool) *op {
 	m := &w.m
 	var cs []choice
-	add := func(weight int, mk func() *op) { cs = append(cs, choice{weight, mk}) }
+	add := func(weight int, mk func() *op) { cs = append(cs, choice{weight, 1, mk}) }
+	addEven := func(weight, even int, mk func() *op) { cs = append(cs, choice{weight, even, mk}) }
 	vols := m.live(nil)
 	snaps := m.liveSnaps()
 	anyOf := func(vs []*volume) *volume { return vs[w.rng.IntN(len(vs))] }
@@ -251,8 +275,11 @@ func (w *workload) pick(evenly bool) *op {
 		add(4, func() *op { return w.writeOp(anyOf(vs)) })
 		add(2, func() *op { return w.unpublishOp(anyOf(vs)) })
 	}
-	if vs := m.live(func(v *volume) bool { return v.backend == "loopfile" && v.capacity < maxLoopBytes }); len(vs) > 0 {
-		add(2, func() *op { return w.expandOp(anyOf(vs)) })
+	if vs := m.live(func(v *volume) bool { return v.capacity < maxBytes(v) }); len(vs) > 0 {
+		addEven(2, 2, func() *op { return w.expandOp(anyOf(vs)) })
+	}
+	if fresh && len(vols) < maxVolumes {
+		addEven(1, 1, w.freshExpandOp)
 	}
 	if vs := m.live(func(v *volume) bool { return v.nodeExpand && v.staged && (v.block || w.onlineGrow) }); len(vs) > 0 {
 		add(3, func() *op { return w.nodeExpandOp(anyOf(vs)) })
@@ -268,7 +295,7 @@ func (w *workload) pick(evenly bool) *op {
 	total := 0
 	for i := range cs {
 		if evenly {
-			cs[i].weight = 1
+			cs[i].weight = cs[i].even
 		}
 		total += cs[i].weight
 	}
@@ -418,6 +445,20 @@ func (w *workload) unstageOp(v *volume) *op {
 		},
 		done: func() { v.staged = false; v.unstages++ },
 	}
+}
+
+// freshExpandOp creates a volume and returns the expansion of it: the
+// expansion then changes a volume whose record may not be on disk yet and
+// whose create is still logged (its drop waits for the settler), so a
+// kill tests start-up's replay against the changed volume. nil when the
+// create failed.
+func (w *workload) freshExpandOp() *op {
+	backend := []string{"localdir", "loopfile"}[w.rng.IntN(2)]
+	c := w.createOp(backend, backend == "loopfile" && w.rng.IntN(2) == 0, nil, nil)
+	if !w.run(c) {
+		return nil
+	}
+	return w.expandOp(c.vol)
 }
 
 func (w *workload) expandOp(v *volume) *op {

@@ -139,3 +139,33 @@ func TestAsyncSyncStartsAtOnce(t *testing.T) {
 		t.Fatalf("a second wait: %v", err)
 	}
 }
+
+// Sync makes a Soon write durable, and costs nothing when the log has
+// nothing unsynced.
+func TestSyncMakesSoonWritesDurable(t *testing.T) {
+	s := openQuiet(t, filepath.Join(t.TempDir(), "state.db"))
+	durable := func() uint64 {
+		s.log.mu.Lock()
+		defer s.log.mu.Unlock()
+		return s.log.durable
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatalf("Sync of an empty log: %v", err)
+	}
+	if err := s.InsertVolumeSoon(Volume{ID: "v", Name: "n"}); err != nil {
+		t.Fatal(err)
+	}
+	seq := s.log.lastSeq()
+	if durable() >= seq {
+		t.Fatal("a Soon write was synced at once")
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if durable() < seq {
+		t.Fatal("Sync returned before the Soon write was durable")
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatalf("Sync with nothing unsynced: %v", err)
+	}
+}

@@ -456,6 +456,18 @@ func (s *Store) writeSoon(fn func(tx *txn) error) error {
 	return err
 }
 
+// Sync returns once every change applied so far, those of the Soon
+// writes too, is durable: at once when the log has nothing unsynced. For a
+// caller about to change what a record only recoverable so far describes
+// (a volume whose record InsertVolumeSoon wrote): after the change, the
+// logged intent the record would be rebuilt from no longer describes it.
+func (s *Store) Sync() error {
+	if err := s.log.err(); err != nil {
+		return err
+	}
+	return s.log.wait(s.log.lastSeq())
+}
+
 // apply runs fn once against a view of the store and, if it succeeds and
 // changed something, appends its changes to the log and applies them to
 // the in-memory layer. It returns the log sequence number to wait for, 0

@@ -3,6 +3,7 @@ package dirpool
 import (
 	"context"
 	"fmt"
+	"io/fs"
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
@@ -29,7 +30,15 @@ func Bindings() []hostcalls.Func {
 		hostcalls.Typed(Family, abi.HostCallDirSetQuota, setQuotaCall),
 		hostcalls.Typed(Family, abi.HostCallDirQuotaSupported, quotaSupportedCall),
 		hostcalls.Typed(Family, abi.HostCallDirExists, existsCall),
+		hostcalls.Typed(Family, abi.HostCallDirList, listCall),
 	}
+}
+
+// listCall answers a page of the pool's volume directories.
+func listCall(ctx context.Context, env *hostcalls.Env, req *abi.ListRequest) (*abi.ListPage, error) {
+	return hostcalls.WithRoot(pools, env, req.Pool, "list", func(p *Pool) (*abi.ListPage, error) {
+		return hostcalls.ListPage(ctx, p.fd, req, fs.ModeDir, ValidName)
+	})
 }
 
 func createCall(ctx context.Context, env *hostcalls.Env, req *abi.DirCreateRequest) (*abi.Empty, error) {

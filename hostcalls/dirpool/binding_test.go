@@ -24,6 +24,7 @@ func TestBindingNames(t *testing.T) {
 	want := []string{
 		abi.HostCallDirCreate, abi.HostCallDirRemove, abi.HostCallDirCopy, abi.HostCallDirStatfs,
 		abi.HostCallDirUsage, abi.HostCallDirSetQuota, abi.HostCallDirQuotaSupported, abi.HostCallDirExists,
+		abi.HostCallDirList,
 	}
 	got := map[string]bool{}
 	for _, f := range dirpool.Bindings() {

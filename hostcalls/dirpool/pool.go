@@ -11,9 +11,10 @@
 // temporaries of copies whose process died. Names starting with "." are
 // refused, so no caller reaches the scratch folder.
 //
-// Create and Remove fsync the root after their mkdir or rmdir, unless the
-// caller passes hostcalls.DirSyncs in the context and makes that fsync
-// itself, later, in a batch.
+// Create and Remove fsync the root after their mkdir or rmdir, and also
+// when they find the folder already made or gone (the retry of a call cut
+// off before its sync), unless the caller passes hostcalls.DirSyncs in the
+// context and makes that fsync itself, later, in a batch.
 //
 // Every path it touches is opened relative to a file descriptor of the root
 // with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_XDEV), so no
@@ -188,15 +189,14 @@ func (p *Pool) Create(ctx context.Context, name string, quotaBytes int64) (strin
 			return "", wrap("create", name, err)
 		}
 	}
-	if created || hostcalls.Deferred(ctx) {
-		// With hostcalls.DirSyncs a repeat records the root too: the
-		// earlier call's mkdir may still wait for its batch.
-		if err := hostcalls.SyncDir(ctx, p.fd, p.root); err != nil {
-			if created {
-				p.removeQuietly(name)
-			}
-			return "", wrap("create", name, err)
+	// A repeat syncs (or, with hostcalls.DirSyncs, records) the root too:
+	// the earlier call's mkdir may have been cut off before its sync, or
+	// still wait for its batch.
+	if err := hostcalls.SyncDir(ctx, p.fd, p.root); err != nil {
+		if created {
+			p.removeQuietly(name)
 		}
+		return "", wrap("create", name, err)
 	}
 	if quotaBytes > 0 {
 		if err := p.setQuota(ctx, name, fd, quotaBytes); err != nil {
@@ -237,12 +237,10 @@ func (p *Pool) Remove(ctx context.Context, name string) error {
 	var st unix.Stat_t
 	err := unix.Fstatat(p.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
 	if errors.Is(err, unix.ENOENT) {
-		// With hostcalls.DirSyncs the root is recorded: an earlier
-		// call's rmdir may still wait for its batch.
-		if hostcalls.Deferred(ctx) {
-			return hostcalls.SyncDir(ctx, p.fd, p.root)
-		}
-		return nil
+		// The root is synced (or recorded) all the same: an earlier
+		// call's rmdir may have been cut off before its sync, or still
+		// wait for its batch.
+		return hostcalls.SyncDir(ctx, p.fd, p.root)
 	}
 	if err != nil {
 		return wrap("remove", name, err)
@@ -251,7 +249,7 @@ func (p *Pool) Remove(ctx context.Context, name string) error {
 		if err := unix.Unlinkat(p.fd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 			return wrap("remove", name, err)
 		}
-		return nil
+		return hostcalls.SyncDir(ctx, p.fd, p.root)
 	}
 	proj, hasProj := p.ownProject(name)
 	if err := removeTree(ctx, p.fd, name); err != nil {

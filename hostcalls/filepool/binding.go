@@ -27,7 +27,15 @@ func Bindings() []hostcalls.Func {
 		hostcalls.Typed(Family, abi.HostCallFileClone, cloneCall),
 		hostcalls.Typed(Family, abi.HostCallFileStat, statCall),
 		hostcalls.Typed(Family, abi.HostCallFileStatfs, statfsCall),
+		hostcalls.Typed(Family, abi.HostCallFileList, listCall),
 	}
+}
+
+// listCall answers a page of the pool's volume files (regular files only).
+func listCall(ctx context.Context, env *hostcalls.Env, req *abi.ListRequest) (*abi.ListPage, error) {
+	return hostcalls.WithRoot(pools, env, req.Pool, "list", func(p *Pool) (*abi.ListPage, error) {
+		return hostcalls.ListPage(ctx, p.dirFD(), req, 0, checkName)
+	})
 }
 
 func createCall(ctx context.Context, env *hostcalls.Env, req *abi.FileCreateRequest) (*abi.Empty, error) {

@@ -126,7 +126,7 @@ func (p *Pool) Create(ctx context.Context, name string, size int64, prealloc boo
 		return fmt.Errorf("create %s: %w", name, err)
 	}
 	if exists {
-		return p.syncRoot(ctx, "create "+name, false)
+		return p.syncRoot(ctx, "create "+name)
 	}
 	err = p.build(ctx, name, true, func(tmp *os.File) error {
 		if prealloc {
@@ -173,7 +173,9 @@ func (p *Pool) exists(name string, size int64) (bool, error) {
 // sparse volume switched to preallocation, a clone's holes), so that no
 // write to it can fail for lack of space; written data is never touched.
 // The same size is then not a no-op but fills the holes. A smaller size is
-// abi.InvalidArgument, because shrinking would cut a volume's data.
+// abi.InvalidArgument, because shrinking would cut a volume's data. The
+// new size (and allocation) is durable before Resize returns: the file is
+// synced, also when it already had the size.
 func (p *Pool) Resize(ctx context.Context, name string, size int64, prealloc bool) error {
 	if err := checkName(name); err != nil {
 		return fmt.Errorf("resize %s: %w", name, err)
@@ -191,14 +193,15 @@ func (p *Pool) Resize(ctx context.Context, name string, size int64, prealloc boo
 	switch {
 	case size < cur:
 		return fmt.Errorf("resize %s: %w", name, abi.Errorf(abi.InvalidArgument, "cannot shrink from %d to %d bytes", cur, size))
-	case size == cur && !prealloc:
-		return nil
-	}
-	if prealloc {
+	case prealloc:
 		err = allocate(f, 0, size)
-	} else {
+	case size > cur:
 		err = f.Truncate(size)
 	}
+	// Also when the file already has the size: an earlier call cut off
+	// between its truncate and its sync left the size in the page cache
+	// only, and this answer tells the caller it is on disk. A file with
+	// nothing unwritten costs no journal commit.
 	if err == nil {
 		err = f.Sync()
 	}
@@ -217,24 +220,21 @@ func (p *Pool) Remove(ctx context.Context, name string) error {
 	err := unix.Unlinkat(p.dirFD(), name, 0)
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		return p.syncRoot(ctx, "remove "+name, false)
+		return p.syncRoot(ctx, "remove "+name)
 	case errors.Is(err, unix.EISDIR):
 		return fmt.Errorf("remove %s: %w", name, abi.Errorf(abi.InvalidArgument, "not a file"))
 	case err != nil:
 		return fmt.Errorf("remove %s: %w", name, codeErr(err, err.Error()))
 	}
-	return p.syncRoot(ctx, "remove "+name, true)
+	return p.syncRoot(ctx, "remove "+name)
 }
 
 // syncRoot makes a change to the root's entries durable, now or, when ctx
-// carries hostcalls.DirSyncs, in its owner's batch. A call that changed
-// nothing (changed false) syncs nothing, but with DirSyncs still records
-// the root: it may have found the change of an earlier call whose sync is
-// still to come.
-func (p *Pool) syncRoot(ctx context.Context, what string, changed bool) error {
-	if !changed && !hostcalls.Deferred(ctx) {
-		return nil
-	}
+// carries hostcalls.DirSyncs, in its owner's batch. A call that found its
+// change already made (the file there, or gone) syncs too: it may be the
+// retry of a call cut off before its sync, and its answer says the change
+// is on disk. A folder with nothing unwritten costs no journal commit.
+func (p *Pool) syncRoot(ctx context.Context, what string) error {
 	if err := hostcalls.SyncDir(ctx, p.dirFD(), p.root); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -351,7 +351,7 @@ func (p *Pool) build(ctx context.Context, name string, metadataOnly bool, fill f
 	if err := p.link(tmp, name); err != nil {
 		return err
 	}
-	return p.syncRoot(ctx, "sync root", true)
+	return p.syncRoot(ctx, "sync root")
 }
 
 // temp is a file being built: unnamed (O_TMPFILE), or where the filesystem

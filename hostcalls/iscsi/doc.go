@@ -11,7 +11,7 @@
 //
 // It must never run a shell, log out a session another recorded LUN still
 // uses, delete the device of a LUN that is mounted or held, or put a CHAP
-// secret into an error or log line.
+// secret into an error, a log line or a command line.
 //
 // # Rationale
 //
@@ -46,7 +46,25 @@
 // daemon decides when to log in, not iscsid at boot), short login timeouts
 // (open-iscsi's defaults keep a login to a dead portal busy for two
 // minutes) and the CHAP settings, and the last Logout deletes it so no
-// secret stays on disk. iscsiadm takes CHAP secrets on its command line, so
-// they are briefly visible in /proc/<pid>/cmdline to other root processes;
-// open-iscsi offers no other channel short of writing its database files.
+// secret stays on disk.
+//
+// CHAP secrets go into the record file, never on iscsiadm's command line.
+// open-iscsi accepts a node setting in only two ways: "-o update -n NAME -v
+// VALUE" on the command line, or the record file in its node database
+// (/etc/iscsi/nodes or /var/lib/iscsi/nodes, "name = value" lines). A
+// command line is world-readable in /proc/<pid>/cmdline for as long as the
+// process lives, and ps, audit logs and process accounting copy it
+// further; iscsiadm reads no secret from stdin or the environment. The
+// record file is root's, and iscsiadm reads it at every login to hand the
+// settings to iscsid. So Login runs "-o new" and "-o update" for the
+// settings that are not secret, then finds the records of (target, portal)
+// itself (the flat "<addr>,<port>" file that "-o new" writes, and the
+// "<addr>,<port>,<tpgt>/<iface>" files discovery writes; an IPv6 address
+// bare) and sets the authentication lines there: a temp file of mode 0600
+// in the same folder, fsync, rename, folder fsync, under the lock that
+// serializes the node database, so iscsiadm sees the old record or the new
+// one, never a torn one. Mutual-CHAP lines a new record may inherit from
+// iscsid.conf are dropped, as the target asks for one-way CHAP. The
+// record layout is open-iscsi's on-disk format, stable since 2.0-870 and
+// checked against a real login in the VM tier.
 package iscsi

@@ -3,18 +3,24 @@ package iscsi
 // A stand-in for iscsiadm and the kernel, so that the session-sharing logic
 // runs on any machine: the test binary re-executes itself as "iscsiadm"
 // (TestMain dispatches on fakeDirEnv) and fakes what open-iscsi and the
-// kernel would do: node records in a JSON file, sessions and SCSI devices as
-// a sysfs-shaped tree, block devices as plain files. The real thing runs in
+// kernel would do: node records as files, sessions and SCSI devices as
+// a sysfs-shaped tree, block devices as plain files.
+// Node records are files in open-iscsi's layout and format under nodes/,
+// because the initiator writes CHAP credentials into them directly; the
+// fake refuses a secret on its command line. The real thing runs in
 // iscsi_vm_test.go.
 
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -41,12 +47,18 @@ type fakeTarget struct {
 
 // fakeWorld is the fake's whole state, kept in world.json.
 type fakeWorld struct {
-	Targets  []fakeTarget                 `json:"targets"`
-	Nodes    map[string]map[string]string `json:"nodes"` // "iqn|portal" -> settings
-	Sessions map[int]string               `json:"sessions"`
-	NextID   int                          `json:"next_id"`
-	NextDisk int                          `json:"next_disk"`
-	Calls    []string                     `json:"calls"` // "mode op", secrets never recorded
+	Targets []fakeTarget `json:"targets"`
+	// TPGT, when not 0, makes "-o new" write the record in the layout
+	// discovery uses (<iqn>/<addr>,<port>,<tpgt>/default) instead of the
+	// flat one (<iqn>/<addr>,<port>).
+	TPGT     int            `json:"tpgt"`
+	Sessions map[int]string `json:"sessions"`
+	NextID   int            `json:"next_id"`
+	NextDisk int            `json:"next_disk"`
+	Calls    []string       `json:"calls"` // "mode op"
+	// Argv is every command line the fake was run with, as another user
+	// could read it in /proc/<pid>/cmdline.
+	Argv [][]string `json:"argv"`
 }
 
 // fake is the test side of the fake world.
@@ -60,8 +72,8 @@ func newFake(t *testing.T, targets ...fakeTarget) *fake {
 	t.Helper()
 	dir := t.TempDir()
 	f := &fake{t: t, dir: dir}
-	f.save(fakeWorld{Targets: targets, Nodes: map[string]map[string]string{}, Sessions: map[int]string{}, NextID: 1})
-	for _, d := range []string{"sys/class/iscsi_session", "sys/class/iscsi_connection", "sys/class/scsi_host", "sys/class/block", "sys/devices/platform", "dev"} {
+	f.save(fakeWorld{Targets: targets, Sessions: map[int]string{}, NextID: 1})
+	for _, d := range []string{"nodes", "sys/class/iscsi_session", "sys/class/iscsi_connection", "sys/class/scsi_host", "sys/class/block", "sys/devices/platform", "dev"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -77,6 +89,7 @@ func newFake(t *testing.T, targets ...fakeTarget) *fake {
 		Dev:               filepath.Join(dir, "dev"),
 		UdevControl:       filepath.Join(dir, "no-udev"),
 		InitiatorNameFile: filepath.Join(dir, "initiatorname.iscsi"),
+		NodeDB:            filepath.Join(dir, "nodes"),
 		DeviceTimeout:     3 * time.Second,
 	}
 	return f
@@ -170,15 +183,27 @@ func fakeIscsiadm(dir string, args []string) int {
 		verb = "logout"
 	}
 	w.Calls = append(w.Calls, mode+" "+verb)
+	w.Argv = append(w.Argv, append([]string{filepath.Base(os.Args[0])}, args...))
 	sys := filepath.Join(dir, "sys")
 	key := iqn + "|" + portal
+	for _, n := range names {
+		if n == "node.session.auth.password" || n == "node.session.auth.password_in" {
+			fmt.Fprintf(os.Stderr, "iscsiadm: fake: secret %s on the command line\n", n)
+			return admInval
+		}
+	}
+	var recPath string
+	if mode == "node" && iqn != "" && portal != "" {
+		recPath = fakeRecordPath(dir, iqn, portal, w.TPGT)
+	}
 
 	switch {
 	case mode == "node" && op == "new":
-		w.Nodes[key] = map[string]string{"node.startup": "automatic", "node.session.auth.authmethod": "None"}
+		fakeWriteRecord(recPath, map[string]string{"node.name": iqn, "node.startup": "automatic",
+			"node.session.auth.authmethod": "None"})
 		return 0
 	case mode == "node" && op == "update":
-		rec, ok := w.Nodes[key]
+		rec, ok := fakeReadRecord(recPath)
 		if !ok || len(names) != len(values) {
 			fmt.Fprintln(os.Stderr, "iscsiadm: No records found")
 			return admNoObjsFound
@@ -186,16 +211,23 @@ func fakeIscsiadm(dir string, args []string) int {
 		for i := range names {
 			rec[names[i]] = values[i]
 		}
+		fakeWriteRecord(recPath, rec)
 		return 0
 	case mode == "node" && op == "delete":
-		if _, ok := w.Nodes[key]; !ok {
+		if _, ok := fakeReadRecord(recPath); !ok {
 			fmt.Fprintln(os.Stderr, "iscsiadm: No records found")
 			return admNoObjsFound
 		}
-		delete(w.Nodes, key)
+		gone := recPath
+		if w.TPGT != 0 {
+			gone = filepath.Dir(recPath)
+		}
+		if err := os.RemoveAll(gone); err != nil {
+			panic(err)
+		}
 		return 0
 	case mode == "node" && login:
-		rec, ok := w.Nodes[key]
+		rec, ok := fakeReadRecord(recPath)
 		if !ok {
 			fmt.Fprintln(os.Stderr, "iscsiadm: No records found")
 			return admNoObjsFound
@@ -291,4 +323,74 @@ func fakeRemoveSession(sys, dev string, id int) {
 	os.RemoveAll(filepath.Join(sys, "class", "iscsi_session", "session"+n))
 	os.RemoveAll(filepath.Join(sys, "class", "iscsi_connection", "connection"+n+":0"))
 	os.RemoveAll(filepath.Join(sys, "class", "scsi_host", "host"+n))
+}
+
+// fakeRecordPath is where open-iscsi keeps the node record of (iqn,
+// portal): <iqn>/<addr>,<port> for a record made without a portal group
+// tag, <iqn>/<addr>,<port>,<tpgt>/default otherwise.
+func fakeRecordPath(dir, iqn, portal string, tpgt int) string {
+	ap := netip.MustParseAddrPort(portal)
+	base := ap.Addr().String() + "," + strconv.Itoa(int(ap.Port()))
+	if tpgt != 0 {
+		return filepath.Join(dir, "nodes", iqn, base+","+strconv.Itoa(tpgt), "default")
+	}
+	return filepath.Join(dir, "nodes", iqn, base)
+}
+
+// fakeReadRecord parses a node record file as iscsiadm does: "name = value"
+// lines, "#" comments, the last of repeated names wins.
+func fakeReadRecord(path string) (map[string]string, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false
+	}
+	rec := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		if n, v, ok := strings.Cut(l, "="); ok {
+			rec[strings.TrimSpace(n)] = strings.TrimSpace(v)
+		}
+	}
+	return rec, true
+}
+
+// fakeWriteRecord writes a node record file in open-iscsi's format.
+func fakeWriteRecord(path string, rec map[string]string) {
+	var b strings.Builder
+	b.WriteString("# BEGIN RECORD 2.1.8\n")
+	for _, n := range slices.Sorted(maps.Keys(rec)) {
+		b.WriteString(n + " = " + rec[n] + "\n")
+	}
+	b.WriteString("# END RECORD\n")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		panic(err)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		panic(err)
+	}
+}
+
+// nodes returns every node record of the fake world by "iqn|portal".
+func (f *fake) nodes() map[string]map[string]string {
+	f.t.Helper()
+	out := map[string]map[string]string{}
+	err := filepath.WalkDir(filepath.Join(f.dir, "nodes"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		rec, _ := fakeReadRecord(p)
+		rel, _ := filepath.Rel(filepath.Join(f.dir, "nodes"), p)
+		iqn, rest, _ := strings.Cut(rel, string(filepath.Separator))
+		parts := strings.Split(strings.Split(rest, string(filepath.Separator))[0], ",")
+		addr := netip.MustParseAddr(parts[0])
+		port, _ := strconv.Atoi(parts[1])
+		out[iqn+"|"+netip.AddrPortFrom(addr, uint16(port)).String()] = rec
+		return nil
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return out
 }

@@ -51,6 +51,11 @@ type Options struct {
 	// InitiatorNameFile is open-iscsi's name file; default
 	// /etc/iscsi/initiatorname.iscsi.
 	InitiatorNameFile string
+	// NodeDB is open-iscsi's node database folder, where CHAP credentials
+	// are written; default: records are looked for in /etc/iscsi/nodes and
+	// /var/lib/iscsi/nodes (where Debian and RHEL build open-iscsi to keep
+	// them).
+	NodeDB string
 	// Log receives one line per login and logout; default slog.Default().
 	Log *slog.Logger
 }
@@ -231,7 +236,9 @@ func (in *Initiator) rollback(ctx context.Context, k sessionKey, lun int, create
 }
 
 // configureNode creates or refreshes the node record of k with this
-// package's settings and t's credentials, in two iscsiadm runs.
+// package's settings, in two iscsiadm runs, and writes t's CHAP
+// credentials into the record file itself: never on iscsiadm's command
+// line, where every local user can read them in /proc/<pid>/cmdline.
 func (in *Initiator) configureNode(ctx context.Context, k sessionKey, chap *CHAP) error {
 	in.nodeDB.Lock()
 	defer in.nodeDB.Unlock()
@@ -245,15 +252,30 @@ func (in *Initiator) configureNode(ctx context.Context, k sessionKey, chap *CHAP
 	args = set(args, "node.startup", "manual")
 	args = set(args, "node.session.initial_login_retry_max", strconv.Itoa(in.opt.LoginRetries))
 	args = set(args, "node.conn[0].timeo.login_timeout", strconv.Itoa(int(in.opt.LoginTimeout/time.Second)))
-	if chap != nil {
-		args = set(args, "node.session.auth.authmethod", "CHAP")
-		args = set(args, "node.session.auth.username", chap.User)
-		args = set(args, "node.session.auth.password", chap.Secret)
-	} else {
-		args = set(args, "node.session.auth.authmethod", "None")
+	if chap == nil {
+		args = set(args, authMethod, "None")
 	}
-	_, err := in.adm.run(ctx, "update node record", args...)
-	return err
+	if _, err := in.adm.run(ctx, "update node record", args...); err != nil || chap == nil {
+		return err
+	}
+	dbs := defaultNodeDBs
+	if in.opt.NodeDB != "" {
+		dbs = []string{in.opt.NodeDB}
+	}
+	recs, err := nodeRecords(dbs, k)
+	if err != nil {
+		return abi.Errorf(abi.Internal, "write CHAP credentials: %v", err)
+	}
+	if len(recs) == 0 {
+		return abi.Errorf(abi.Internal, "write CHAP credentials: iscsiadm made no node record for %s under %s",
+			k.String(), strings.Join(dbs, " or "))
+	}
+	for _, r := range recs {
+		if err := updateRecord(r, chapSettings(chap)); err != nil {
+			return abi.Errorf(abi.Internal, "write CHAP credentials: %v", err)
+		}
+	}
+	return nil
 }
 
 // deleteNode removes k's node record (and with it any stored CHAP secret).

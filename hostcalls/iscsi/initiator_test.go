@@ -73,7 +73,7 @@ func TestLoginSharesOneSessionAndLogsOutWithTheLastUser(t *testing.T) {
 	if n := countCalls(w, "node login"); n != 1 {
 		t.Fatalf("%d logins for two LUNs of one target, want 1 (calls %v)", n, w.Calls)
 	}
-	rec := w.Nodes[tIQN+"|"+tPortal]
+	rec := f.nodes()[tIQN+"|"+tPortal]
 	if rec["node.startup"] != "manual" || rec["node.session.auth.authmethod"] != "None" ||
 		rec["node.session.initial_login_retry_max"] != "2" || rec["node.conn[0].timeo.login_timeout"] != "5" {
 		t.Fatalf("node record %v: want manual startup, no auth, short login timeouts", rec)
@@ -120,7 +120,7 @@ func TestLoginSharesOneSessionAndLogsOutWithTheLastUser(t *testing.T) {
 		t.Fatalf("after last logout: sessions %+v, want none", ss)
 	}
 	w = f.world()
-	if _, ok := w.Nodes[tIQN+"|"+tPortal]; ok {
+	if _, ok := f.nodes()[tIQN+"|"+tPortal]; ok {
 		t.Fatal("node record left behind after the last logout")
 	}
 	if n := countCalls(w, "session logout"); n != 1 {
@@ -201,8 +201,8 @@ func TestLoginFailures(t *testing.T) {
 			if ss := sessionsOf(t, in); len(ss) != 0 {
 				t.Fatalf("sessions left behind: %+v", ss)
 			}
-			if w := f.world(); len(w.Nodes) != 0 {
-				t.Fatalf("node records left behind: %v", w.Nodes)
+			if n := f.nodes(); len(n) != 0 {
+				t.Fatalf("node records left behind: %v", n)
 			}
 		})
 	}
@@ -215,14 +215,14 @@ func TestLoginWithCHAP(t *testing.T) {
 	if _, err := in.Login(ctxT(t), Target{Portal: tPortal, IQN: tIQN, CHAP: chap}); err != nil {
 		t.Fatal(err)
 	}
-	rec := f.world().Nodes[tIQN+"|"+tPortal]
+	rec := f.nodes()[tIQN+"|"+tPortal]
 	if rec["node.session.auth.authmethod"] != "CHAP" || rec["node.session.auth.username"] != "user1" {
 		t.Fatalf("node record %v: want CHAP for user1", rec)
 	}
 	if err := in.Logout(ctxT(t), Target{Portal: tPortal, IQN: tIQN}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := f.world().Nodes[tIQN+"|"+tPortal]; ok {
+	if _, ok := f.nodes()[tIQN+"|"+tPortal]; ok {
 		t.Fatal("node record with the CHAP secret left on disk after the last logout")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -380,6 +381,27 @@ func TestVMCHAP(t *testing.T) {
 	r.fileLUN(target, 0, 8<<20)
 	chap := &iscsi.CHAP{User: "wasmcsi-node", Secret: "right-secret-123"}
 	r.grant(target, 0, chap)
+	// Run iscsiadm through a wrapper that logs each command line, as any
+	// local user could read it in /proc/<pid>/cmdline.
+	argvLog := filepath.Join(t.TempDir(), "argv.log")
+	wrapper := filepath.Join(t.TempDir(), "iscsiadm")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nprintf '%s\\n' \"$*\" >>"+argvLog+"\nexec iscsiadm \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	in, err := iscsi.New(t.TempDir(), &iscsi.Options{Iscsiadm: wrapper})
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := func() []string {
+		var recs []string
+		filepath.WalkDir(filepath.Join("/etc/iscsi/nodes", target), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				recs = append(recs, p)
+			}
+			return nil
+		})
+		return recs
+	}
 	tests := []struct {
 		name string
 		chap *iscsi.CHAP
@@ -393,17 +415,52 @@ func TestVMCHAP(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tg := iscsi.Target{Portal: vmPortal, IQN: target, CHAP: tc.chap}
-			_, err := r.in.Login(ctx, tg)
+			_, err := in.Login(ctx, tg)
+			if abi.CodeOf(err) == abi.OK {
+				defer in.Logout(ctx, tg)
+			}
+			argv, rerr := os.ReadFile(argvLog)
+			if rerr != nil {
+				t.Fatalf("no iscsiadm run logged: %v", rerr)
+			}
+			if bytes.Contains(argv, []byte("secret-123")) || bytes.Contains(argv, []byte("password")) {
+				t.Fatalf("an iscsiadm command line carries a CHAP secret:\n%s", argv)
+			}
 			if abi.CodeOf(err) != tc.code {
 				t.Fatalf("login = %v, want %v", err, tc.code)
 			}
 			if err != nil && strings.Contains(err.Error(), "secret-123") {
 				t.Fatalf("error %q leaks a secret", err)
 			}
-			if tc.code == abi.OK {
-				r.logout(tg)
-			} else if len(r.sessionsTo(target)) != 0 {
-				t.Fatal("a refused login left a session")
+			if tc.code != abi.OK {
+				if len(r.sessionsTo(target)) != 0 {
+					t.Fatal("a refused login left a session")
+				}
+				return
+			}
+			// The secret reached iscsid through the record file alone.
+			recs := records()
+			if len(recs) == 0 {
+				t.Fatal("logged in with no node record on disk")
+			}
+			for _, p := range recs {
+				st, err := os.Stat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := os.ReadFile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Mode().Perm() != 0o600 || !bytes.Contains(b, []byte("\nnode.session.auth.password = "+chap.Secret+"\n")) {
+					t.Fatalf("record %s (mode %v) lacks the secret or is not 0600:\n%s", p, st.Mode().Perm(), b)
+				}
+			}
+			if err := in.Logout(ctx, tg); err != nil {
+				t.Fatalf("logout: %v", err)
+			}
+			if recs := records(); len(recs) != 0 {
+				t.Fatalf("node records with the secret left after logout: %v", recs)
 			}
 		})
 	}

@@ -81,8 +81,9 @@ type runner struct {
 	timeout time.Duration
 }
 
-// run runs iscsiadm. op names the step for errors; arguments are never put
-// in errors because some carry CHAP secrets.
+// run runs iscsiadm. op names the step for errors; arguments are kept out
+// of errors. CHAP secrets never reach them: they go into the node record
+// file (see configureNode).
 func (r runner) run(ctx context.Context, op string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()

@@ -2,9 +2,15 @@ package iscsi
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/wasmcsi/wasmcsi/hostcalls"
 )
@@ -14,6 +20,12 @@ import (
 // are written "192.0.2.1:3260" or "[fd00::1]:3260"). Its identity is the
 // disk's WWID, so a later check tells the volume's disk from another that a
 // reboot or rescan put under the same /dev/sdX name.
+//
+// The disk is told by the device number of the node named (links
+// followed), which must be that of the kernel's disk of the same name;
+// the kernel's sysfs places it in its session. A /dev/disk/by-path name
+// counts only where sysfs cannot be read. A disk another device holds (a
+// thin pool built on it) is the holder's, never staged.
 var Devices hostcalls.DeviceOwner = owner{Sysfs{Root: "/sys"}}
 
 type owner struct{ sys Sysfs }
@@ -23,22 +35,28 @@ func (o owner) OwnsDevice(_ context.Context, d hostcalls.Device, roots []string)
 		return "", false, nil
 	}
 	block := filepath.Base(d.Real)
-	// A disk reached through its by-path link, which names the portal:
-	// ip-<portal>-iscsi-<iqn>-lun-<n>.
+	if !o.sys.isNode(d.Real, block) || o.sys.held(block) {
+		return "", false, nil
+	}
+	portal, ok, err := o.sys.DiskPortal(block)
+	if err == nil {
+		if !ok {
+			return "", false, nil // not an iSCSI disk
+		}
+		for _, r := range roots {
+			if ap, err := netip.ParseAddrPort(r); err == nil && netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()) == portal {
+				return o.identity(block), true, nil
+			}
+		}
+		return "", false, nil
+	}
+	// A disk sysfs cannot place, reached through its by-path link, which
+	// names the portal: ip-<portal>-iscsi-<iqn>-lun-<n>.
 	if rest, ok := strings.CutPrefix(d.Path, "/dev/disk/by-path/ip-"); ok {
 		for _, r := range roots {
 			if strings.HasPrefix(rest, r+"-iscsi-") {
 				return o.identity(block), true, nil
 			}
-		}
-	}
-	portal, ok, err := o.sys.DiskPortal(block)
-	if err != nil || !ok {
-		return "", false, nil // not an iSCSI disk, or one sysfs cannot place: not explained
-	}
-	for _, r := range roots {
-		if ap, err := netip.ParseAddrPort(r); err == nil && netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()) == portal {
-			return o.identity(block), true, nil
 		}
 	}
 	return "", false, nil
@@ -49,4 +67,25 @@ func (o owner) identity(block string) string {
 		return "wwid:" + id
 	}
 	return ""
+}
+
+// isNode reports whether the block node at path is the kernel's block
+// device block: the same device number as sysfs gives it.
+func (s Sysfs) isNode(path, block string) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return false
+	}
+	dev, err := readAttr(s.path("class", "block", block), "dev")
+	return err == nil && dev == fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+}
+
+// held reports whether another device (device-mapper, md) holds the block
+// device block, or whether that cannot be read.
+func (s Sysfs) held(block string) bool {
+	holders, err := os.ReadDir(s.path("class", "block", block, "holders"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false // a kernel without holders for this device
+	}
+	return err != nil || len(holders) > 0
 }

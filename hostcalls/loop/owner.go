@@ -3,8 +3,11 @@ package loop
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/wasmcsi/wasmcsi/hostcalls"
 )
@@ -14,12 +17,22 @@ import (
 // roots. Its identity is the backing file's ("<st_dev>:<st_ino>"), since a
 // reboot frees loop devices and the same /dev/loopN may later back
 // another file, even another volume's in the same pool.
+//
+// The device is told by its device number, not its name: the node must be
+// /dev/loopN of loop device N. A loop device that another device holds (a
+// thin pool's data or metadata device built on files in the pool) is the
+// holder's, never staged: handing it out would hand out every volume of
+// the pool.
 var Devices hostcalls.DeviceOwner = owner{}
 
 type owner struct{}
 
 func (owner) OwnsDevice(ctx context.Context, d hostcalls.Device, roots []string) (string, bool, error) {
 	if d.Real == "" || !strings.HasPrefix(filepath.Base(d.Real), "loop") {
+		return "", false, nil
+	}
+	sys, ok := loopNode(d.Real)
+	if !ok || held(sys) {
 		return "", false, nil
 	}
 	// Right after node_stage attached it, ctx's memo holds the device's
@@ -33,4 +46,26 @@ func (owner) OwnsDevice(ctx context.Context, d hostcalls.Device, roots []string)
 		return "", false, nil
 	}
 	return fmt.Sprintf("%d:%d", dev.Dev, dev.Inode), true, nil
+}
+
+// loopNode returns the sysfs folder of the block device at path when path
+// is its own node, /dev/<name>, and a loop device.
+func loopNode(path string) (string, bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK || unix.Major(st.Rdev) != loopMajor {
+		return "", false
+	}
+	sys := fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	target, err := os.Readlink(sys)
+	if err != nil || path != "/dev/"+filepath.Base(target) {
+		return "", false
+	}
+	return sys, true
+}
+
+// held reports whether another device holds the block device whose sysfs
+// folder is sys (or whether that cannot be read).
+func held(sys string) bool {
+	holders, err := os.ReadDir(sys + "/holders")
+	return err != nil || len(holders) > 0
 }

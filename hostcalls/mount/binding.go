@@ -18,9 +18,10 @@ const Family = "mount"
 // caller's roots are the folders (and device folders) it may mount in and
 // from. A path must lie inside a root as written and again with its
 // symlinks resolved, so a symlink inside a root (a volume's content is the
-// workload's to write) cannot point a mount elsewhere. What remains is the
-// moment between that check and the mount; Bind itself then mounts by
-// descriptor and refuses a symlink as the target.
+// workload's to write) cannot point a mount elsewhere, also when one is
+// swapped in after that check: the mount goes by descriptors, the source
+// opened beneath its root and the target checked as its descriptor shows
+// it (BindBeneath).
 func Bindings() []hostcalls.Func {
 	return []hostcalls.Func{
 		hostcalls.Typed(Family, abi.HostCallMountBind, bindCall),
@@ -38,7 +39,9 @@ func bindCall(ctx context.Context, env *hostcalls.Env, req *abi.MountBindRequest
 	if err != nil {
 		return nil, fmt.Errorf("bind on %s: %w", req.Target, err)
 	}
-	did, err := Bind(ctx, src, target, req.ReadOnly)
+	// The checks above read paths; the mount goes by descriptors opened
+	// beneath the roots, so a link swapped in since cannot lead it out.
+	did, err := BindBeneath(ctx, env.Roots, src, target, req.ReadOnly)
 	if err != nil {
 		return nil, err
 	}

@@ -40,23 +40,50 @@ func Bind(ctx context.Context, src, target string, readOnly bool) (bool, error) 
 	if err := checkPath("source", src); err != nil {
 		return false, err
 	}
+	s, err := os.OpenFile(src, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, fail("bind", src, err)
+	}
+	defer s.Close()
+	return BindFrom(ctx, s, target, readOnly)
+}
+
+// BindFrom is Bind of a source already open (an O_PATH descriptor, such
+// as OpenBeneath returns): the inode mounted is that one, whatever
+// happened to its path since it was checked. s.Name() names it in errors.
+func BindFrom(ctx context.Context, s *os.File, target string, readOnly bool) (bool, error) {
+	return bindFrom(ctx, s, target, readOnly, func(dir bool) (*os.File, error) { return openTarget(target, dir) })
+}
+
+// BindBeneath is Bind of a source and on a target that must both lie
+// inside roots, with no symlink on their way below the root (pass them
+// resolved): the source is opened beneath its root (OpenBeneath) and the
+// target created and opened beneath its own (openTargetBeneath), so
+// neither can be swapped for a link out of the roots between a check of
+// the paths and the mount.
+func BindBeneath(ctx context.Context, roots []string, src, target string, readOnly bool) (bool, error) {
+	s, err := OpenBeneath(roots, src)
+	if err != nil {
+		return false, err
+	}
+	defer s.Close()
+	return bindFrom(ctx, s, target, readOnly, func(dir bool) (*os.File, error) { return openTargetBeneath(roots, target, dir) })
+}
+
+func bindFrom(ctx context.Context, s *os.File, target string, readOnly bool, open func(dir bool) (*os.File, error)) (bool, error) {
+	src := s.Name()
 	if err := checkPath("target", target); err != nil {
 		return false, err
 	}
 	if err := ctx.Err(); err != nil {
 		return false, fail("bind", target, err)
 	}
-	s, err := os.OpenFile(src, unix.O_PATH|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false, fail("bind", src, err)
-	}
-	defer s.Close()
 	var sst unix.Stat_t
 	if err := unix.Fstat(int(s.Fd()), &sst); err != nil {
 		return false, fail("bind", src, err)
 	}
 	isDir := sst.Mode&unix.S_IFMT == unix.S_IFDIR
-	t, err := openTarget(target, isDir)
+	t, err := open(isDir)
 	if err != nil {
 		return false, err
 	}
@@ -75,12 +102,166 @@ func Bind(ctx context.Context, src, target string, readOnly bool) (bool, error) 
 		return false, fail("bind "+src+" on", target, err)
 	}
 	if readOnly {
-		if err := remountReadOnly(target); err != nil {
+		// The remount goes by a descriptor too: opened again the same way,
+		// the target now leads into the new mount, which must show the
+		// source; its /proc link names exactly that mount.
+		if err := remountOpened(open, isDir, &sst); err != nil {
 			_ = unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
 			return false, fail("bind "+src+" read-only on", target, err)
 		}
 	}
 	return true, nil
+}
+
+// OpenBeneath opens path (O_PATH), which must lie inside one of roots, by
+// resolving it from a descriptor of that root with
+// openat2(RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS): a symlink in it that
+// leads out of the root (an absolute one, or ".." past it) fails, also
+// one swapped in after any earlier check of the path. Roots are the
+// operator's and trusted, so each is tried as written and with its own
+// symlinks resolved. Outside every root, or out of it through a link, is
+// PermissionDenied.
+func OpenBeneath(roots []string, path string) (*os.File, error) {
+	dir, rel, err := openRoot(roots, path)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	f, err := openat2(dir, rel, unix.O_PATH)
+	if err != nil {
+		return nil, fail("open", path, err)
+	}
+	return os.NewFile(uintptr(f), filepath.Clean(path)), nil
+}
+
+// openRoot opens the deepest of roots that holds path, each root tried as
+// written and with its own symlinks resolved, and returns path relative
+// to it.
+func openRoot(roots []string, path string) (*os.File, string, error) {
+	if err := checkPath("path", path); err != nil {
+		return nil, "", err
+	}
+	clean := filepath.Clean(path)
+	var root string
+	for _, r := range roots {
+		if !filepath.IsAbs(r) {
+			continue // a name prefix or a portal, not a folder
+		}
+		for _, c := range []string{filepath.Clean(r), resolvedOrEmpty(r)} {
+			if rel, err := filepath.Rel(c, clean); c != "" && err == nil && filepath.IsLocal(rel) && len(c) > len(root) {
+				root = c
+			}
+		}
+	}
+	if root == "" {
+		return nil, "", abi.Errorf(abi.PermissionDenied, "mount: path %q is outside the granted roots", path)
+	}
+	rel, _ := filepath.Rel(root, clean)
+	dir, err := os.OpenFile(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, "", fail("open root", root, err)
+	}
+	return dir, rel, nil
+}
+
+// openat2 opens rel beneath dir, through no symlink and out of no
+// mount's reach: a link in the way is PermissionDenied.
+func openat2(dir *os.File, rel string, flags int) (int, error) {
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+	var fd int
+	var err error
+	for range 8 {
+		fd, err = unix.Openat2(int(dir.Fd()), rel, &how)
+		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ELOOP) {
+		return -1, abi.Errorf(abi.PermissionDenied, "%q goes through a symlink", rel)
+	}
+	return fd, err
+}
+
+// openTargetBeneath is openTarget for a target inside roots: every folder
+// on its way is created and opened beneath the root, through no symlink,
+// so a link swapped in on the way can neither place the mount nor a new
+// folder outside the roots.
+func openTargetBeneath(roots []string, target string, dir bool) (*os.File, error) {
+	root, rel, err := openRoot(roots, target)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	parts := strings.Split(rel, string(filepath.Separator))
+	cur := root
+	for _, p := range parts[:len(parts)-1] {
+		if err := unix.Mkdirat(int(cur.Fd()), p, 0o750); err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, fail("create parent of", target, err)
+		}
+		fd, err := openat2(cur, p, unix.O_PATH|unix.O_DIRECTORY)
+		if err != nil {
+			return nil, fail("open parent of", target, err)
+		}
+		if cur != root {
+			cur.Close()
+		}
+		cur = os.NewFile(uintptr(fd), p)
+	}
+	if cur != root {
+		defer cur.Close()
+	}
+	last := parts[len(parts)-1]
+	if dir {
+		if err := unix.Mkdirat(int(cur.Fd()), last, 0o750); err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, fail("create", target, err)
+		}
+	} else {
+		fd, err := unix.Openat(int(cur.Fd()), last, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o640)
+		switch {
+		case err == nil:
+			unix.Close(fd)
+		case errors.Is(err, unix.EEXIST):
+		default:
+			return nil, fail("create", target, err)
+		}
+	}
+	fd, err := openat2(cur, last, unix.O_PATH)
+	if err != nil {
+		return nil, fail("open", target, err)
+	}
+	t := os.NewFile(uintptr(fd), target)
+	if err := checkTargetKind(t, target, dir); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+func resolvedOrEmpty(p string) string {
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return ""
+	}
+	return r
+}
+
+// remountOpened opens the target of a new bind again with open and
+// remounts it read-only by that descriptor, once it shows the source inode
+// sst.
+func remountOpened(open func(dir bool) (*os.File, error), dir bool, sst *unix.Stat_t) error {
+	m, err := open(dir)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(m.Fd()), &st); err != nil {
+		return err
+	}
+	if st.Dev != sst.Dev || st.Ino != sst.Ino {
+		return abi.Errorf(abi.Aborted, "mount: the target changed under the new bind")
+	}
+	return remountReadOnly(fdPath(m))
 }
 
 // remountReadOnly makes the bind mount at target read-only. A bind remount
@@ -257,23 +438,29 @@ func openTarget(target string, dir bool) (*os.File, error) {
 	if err != nil {
 		return nil, fail("open", target, err)
 	}
+	if err := checkTargetKind(t, target, dir); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// checkTargetKind checks that the open target t is no symlink and a
+// directory exactly when the source is one.
+func checkTargetKind(t *os.File, target string, dir bool) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(t.Fd()), &st); err != nil {
-		t.Close()
-		return nil, fail("open", target, err)
+		return fail("open", target, err)
 	}
 	switch kind := st.Mode & unix.S_IFMT; {
 	case kind == unix.S_IFLNK:
-		t.Close()
-		return nil, abi.Errorf(abi.FailedPrecondition, "mount: target %q is a symlink", target)
+		return abi.Errorf(abi.FailedPrecondition, "mount: target %q is a symlink", target)
 	case dir && kind != unix.S_IFDIR:
-		t.Close()
-		return nil, abi.Errorf(abi.FailedPrecondition, "mount: target %q is not a directory, the source is", target)
+		return abi.Errorf(abi.FailedPrecondition, "mount: target %q is not a directory, the source is", target)
 	case !dir && kind == unix.S_IFDIR:
-		t.Close()
-		return nil, abi.Errorf(abi.FailedPrecondition, "mount: target %q is a directory, the source is not", target)
+		return abi.Errorf(abi.FailedPrecondition, "mount: target %q is a directory, the source is not", target)
 	}
-	return t, nil
+	return nil
 }
 
 // fdPath names an open file by its /proc magic link, so that mount(2)

@@ -132,3 +132,46 @@ func TestConfineDeviceLoop(t *testing.T) {
 		t.Fatalf("backing file outside the roots: got %v, want INTERNAL", err)
 	}
 }
+
+// TestBindDirectorySwappedAfterCheck: a directory ConfineDirectory
+// accepted is swapped for a symlink to "/" before the stage binds it (a
+// workload controlling a folder on its way). BindDirectory opens it
+// beneath the module's root, so the bind fails and nothing is mounted;
+// binding by the checked path mounted the host's root filesystem.
+func TestBindDirectorySwappedAfterCheck(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: bind mounts")
+	}
+	root, work := t.TempDir(), t.TempDir()
+	dir := filepath.Join(root, "vol", "data")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := New(nil, nil)
+	real, err := n.ConfineDirectory("backend \"x\"", []string{root}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(dir, dir+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/", dir); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(work, "staging")
+	t.Cleanup(func() {
+		for range 4 {
+			if unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW) != nil {
+				break
+			}
+		}
+	})
+	err = n.BindDirectory(context.Background(), "backend \"x\"", []string{root}, real, target, false)
+	if status.Code(err) != codes.Internal {
+		t.Errorf("bind of a directory swapped for a link to /: %v, want INTERNAL (named outside its roots)", err)
+	}
+	var st, rootSt unix.Stat_t
+	if unix.Stat("/", &rootSt) == nil && unix.Stat(target, &st) == nil && st.Dev == rootSt.Dev && st.Ino == rootSt.Ino {
+		t.Fatal("the host's root filesystem is bound at the staging path")
+	}
+}

@@ -2,14 +2,17 @@ package node
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
+	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
 )
 
 // What start-up reconciliation sees of the node: the loop devices and the
@@ -145,4 +148,48 @@ func (ps poolPlaces) holds(m *mountinfo.Info) bool {
 		}
 	}
 	return false
+}
+
+// OwnedMount reports whether the topmost mount at path is one a module
+// with these roots can have made: a bind of a folder or file inside a
+// pool, or a mount of a device a family claims under roots. It is what
+// reconciliation calls a mount of its own; anything else (a tmpfs, the
+// host's disks) is never the daemon's to unmount.
+func (n *Node) OwnedMount(ctx context.Context, roots []string, path string) (bool, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	mounts, err := mountinfo.GetMounts(nil)
+	if err != nil {
+		return false, err
+	}
+	var top *mountinfo.Info // mountinfo lists mounts in the order they were made
+	for _, m := range mounts {
+		if m.Mountpoint == real {
+			top = m
+		}
+	}
+	switch {
+	case top == nil:
+		return false, nil
+	case findPools(roots, mounts).holds(top):
+		return true, nil
+	case top.Root != "/" || !filepath.IsAbs(top.Source):
+		return false, nil
+	}
+	_, _, err = n.ConfineDevice(ctx, "mount", roots, top.Source)
+	return err == nil, nil
+}
+
+// BindOf reports whether path is a mount point showing dir itself (the
+// same inode on the same filesystem): a bind of dir.
+func (n *Node) BindOf(path, dir string) bool {
+	if mounted, err := mount.IsMountPoint(path); err != nil || !mounted {
+		return false
+	}
+	var a, b unix.Stat_t
+	return unix.Stat(path, &a) == nil && unix.Stat(dir, &b) == nil && a.Dev == b.Dev && a.Ino == b.Ino
 }

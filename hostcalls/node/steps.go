@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
+	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
@@ -111,6 +112,27 @@ func (n *Node) Bind(ctx context.Context, src, target string, readOnly, file bool
 		return fmt.Errorf("create parent of %s: %w", target, err)
 	}
 	_, err := mount.Bind(ctx, src, target, readOnly)
+	return err
+}
+
+// BindDirectory bind-mounts dir, a directory ConfineDirectory accepted, at
+// target. dir is opened beneath its root (mount.OpenBeneath) and mounted
+// by that descriptor: a symlink swapped into its path since the check (a
+// workload that controls a folder on the way) cannot lead the mount out
+// of the roots.
+func (n *Node) BindDirectory(ctx context.Context, who string, roots []string, dir, target string, readOnly bool) error {
+	src, err := mount.OpenBeneath(roots, dir)
+	if err != nil {
+		if abi.CodeOf(err) == abi.PermissionDenied {
+			return errf(codes.Internal, "%s directory %q resolves outside its roots: %v", who, dir, err)
+		}
+		return err
+	}
+	defer src.Close()
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		return fmt.Errorf("create parent of %s: %w", target, err)
+	}
+	_, err = mount.BindFrom(ctx, src, target, readOnly)
 	return err
 }
 

@@ -52,6 +52,13 @@ func DirExists(path string) (bool, error) {
 	return resp.Exists, err
 }
 
+// DirList lists the volume directories of a pool folder, one
+// bounded page at a time (dir_list).
+func DirList(req *abi.ListRequest) (*abi.ListPage, error) {
+	resp := new(abi.ListPage)
+	return resp, call(dirList, abi.HostCallDirList, req, resp)
+}
+
 // DmPoolOpen activates a thin pool over granted devices, creating its
 // metadata when new (dm_pool_open).
 func DmPoolOpen(req *abi.DmPoolOpenRequest) (*abi.DmPoolOpenResponse, error) {
@@ -135,6 +142,13 @@ func FileStat(path string) (*abi.FileStat, error) {
 func FileStatfs(pool string) (*abi.FileStatfs, error) {
 	resp := new(abi.FileStatfs)
 	return resp, call(fileStatfs, abi.HostCallFileStatfs, &abi.FileRequest{Path: pool}, resp)
+}
+
+// FileList lists the volume files of a pool folder, one bounded
+// page at a time (file_list).
+func FileList(req *abi.ListRequest) (*abi.ListPage, error) {
+	resp := new(abi.ListPage)
+	return resp, call(fileList, abi.HostCallFileList, req, resp)
 }
 
 // IscsiLogin logs in to a granted portal's target (sharing one session per

@@ -68,6 +68,8 @@ func wrapperCases() []wrapperCase {
 			func() (any, error) { return val(hostcall.FileStat("/pool/v.img")) }, &abi.FileStat{SizeBytes: 1 << 20, AllocatedBytes: 4096}},
 		{abi.HostCallFileStatfs, &abi.FileRequest{Path: "/pool"}, &abi.FileStatfs{TotalBytes: 100, AvailableBytes: 60, UsedBytes: 40},
 			func() (any, error) { return val(hostcall.FileStatfs("/pool")) }, &abi.FileStatfs{TotalBytes: 100, AvailableBytes: 60, UsedBytes: 40}},
+		{abi.HostCallFileList, &abi.ListRequest{Pool: "/pool"}, &abi.ListPage{Names: []string{"v.img"}},
+			func() (any, error) { return val(hostcall.FileList(&abi.ListRequest{Pool: "/pool"})) }, &abi.ListPage{Names: []string{"v.img"}}},
 
 		{abi.HostCallDirCreate, &abi.DirCreateRequest{Path: "/pool/v", QuotaBytes: 1 << 20}, nil,
 			func() (any, error) {
@@ -87,6 +89,10 @@ func wrapperCases() []wrapperCase {
 			func() (any, error) { return val(hostcall.DirQuotaSupported("/pool")) }, &abi.DirQuotaSupport{Reason: "ext4 without prjquota"}},
 		{abi.HostCallDirExists, &abi.DirRequest{Path: "/pool/v"}, &abi.DirExists{Exists: true},
 			func() (any, error) { return val(hostcall.DirExists("/pool/v")) }, true},
+		{abi.HostCallDirList, &abi.ListRequest{Pool: "/pool", After: "v-a", Limit: 2}, &abi.ListPage{Names: []string{"v-b", "v-c"}, Next: "v-c"},
+			func() (any, error) {
+				return val(hostcall.DirList(&abi.ListRequest{Pool: "/pool", After: "v-a", Limit: 2}))
+			}, &abi.ListPage{Names: []string{"v-b", "v-c"}, Next: "v-c"}},
 
 		{abi.HostCallMountBind, &abi.MountBindRequest{Source: "/pool/v", Target: "/staging/v", ReadOnly: true}, &abi.MountChange{Changed: true},
 			func() (any, error) {

@@ -58,6 +58,12 @@ func dirExists(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit u
 	return dirExistsImport(req, reqLen, out, outLimit)
 }
 
+//go:wasmimport wasmcsi dir_list
+func dirListImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func dirList(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return dirListImport(req, reqLen, out, outLimit)
+}
+
 //go:wasmimport wasmcsi dm_pool_open
 func dmPoolOpenImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
 func dmPoolOpen(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
@@ -146,6 +152,12 @@ func fileStat(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit ui
 func fileStatfsImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
 func fileStatfs(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
 	return fileStatfsImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi file_list
+func fileListImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func fileList(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return fileListImport(req, reqLen, out, outLimit)
 }
 
 //go:wasmimport wasmcsi iscsi_login

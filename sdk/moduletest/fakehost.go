@@ -1,38 +1,63 @@
 package moduletest
 
 import (
-	"context"
-	"sync"
+	"maps"
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
+	mt "github.com/wasmcsi/wasmcsi/internal/moduletest"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 )
 
-// FakeHost answers host calls from handlers a test installs and records
-// every call, for tests that check what a module asks of the host without
-// touching the system. The same FakeHost serves a built module (Funcs) and
-// native module logic (Native).
-type FakeHost struct {
-	mu       sync.Mutex
-	handlers map[string]fakeHandler
-	calls    []string
+// Host is a set of host calls that answers a built module's imports
+// (Options.Host): a FakeHost's, the daemon's real ones, or a mix. The zero
+// Host has none.
+type Host struct {
+	funcs map[string]hostcalls.Func
 }
 
-type fakeHandler struct {
-	family string
-	fn     func(req []byte) ([]byte, error)
+// RealCalls is every host call the daemon offers, as it runs them: confined
+// to the grant's roots, touching the real system (directories need no
+// privileges; loop devices, mounts, device-mapper and iSCSI need root).
+func RealCalls() Host { return Host{funcs: catalog.All()} }
+
+// With returns h with o's calls added; where both answer a call, o's wins.
+func (h Host) With(o Host) Host {
+	out := Host{funcs: maps.Clone(h.funcs)}
+	if out.funcs == nil {
+		out.funcs = map[string]hostcalls.Func{}
+	}
+	maps.Copy(out.funcs, o.funcs)
+	return out
+}
+
+// Names lists the host calls h answers ("dir_create", ...).
+func (h Host) Names() []string {
+	var names []string
+	for n := range h.funcs {
+		names = append(names, n)
+	}
+	return names
+}
+
+// RealHost answers native host calls (hostcall.SetHost) with the daemon's
+// real implementations, confined to roots like a granted module.
+func RealHost(roots []string) hostcall.Host { return mt.RealHost(catalog.All(), roots) }
+
+// FakeHost answers host calls from handlers a test installs and records
+// every call, for tests that check what a module asks of the host without
+// touching the system. The same FakeHost serves a built module (Host) and
+// native module logic (Native). Its zero value is ready; it is safe for
+// concurrent use.
+type FakeHost struct {
+	f mt.FakeHost
 }
 
 // Handle installs the answer to one host call. family is the grant the call
 // belongs to ("dir" for "dir_create").
 func (f *FakeHost) Handle(family, name string, fn func(req []byte) ([]byte, error)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.handlers == nil {
-		f.handlers = map[string]fakeHandler{}
-	}
-	f.handlers[name] = fakeHandler{family: family, fn: fn}
+	f.f.Handle(family, name, fn)
 }
 
 // HandleTyped installs a typed answer.
@@ -43,64 +68,14 @@ func HandleTyped[Req any, Resp any, PReq interface {
 	*Resp
 	abi.Message
 }](f *FakeHost, family, name string, fn func(PReq) (PResp, error)) {
-	f.Handle(family, name, func(raw []byte) ([]byte, error) {
-		req := PReq(new(Req))
-		if err := req.UnmarshalWire(raw); err != nil {
-			return nil, abi.Errorf(abi.InvalidArgument, "%v", err)
-		}
-		resp, err := fn(req)
-		if err != nil || resp == nil {
-			return nil, err
-		}
-		return resp.AppendWire(nil), nil
-	})
+	mt.HandleTyped(&f.f, family, name, fn)
 }
 
 // Calls returns the names of the host calls made so far, in order.
-func (f *FakeHost) Calls() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.calls...)
-}
+func (f *FakeHost) Calls() []string { return f.f.Calls() }
 
-func (f *FakeHost) answer(name string, req []byte) ([]byte, error) {
-	f.mu.Lock()
-	h, ok := f.handlers[name]
-	f.calls = append(f.calls, name)
-	f.mu.Unlock()
-	if !ok {
-		return nil, abi.Errorf(abi.Unimplemented, "fake host has no handler for %s", name)
-	}
-	return h.fn(req)
-}
-
-// Funcs exposes the handlers as host calls for Load.
-func (f *FakeHost) Funcs() map[string]hostcalls.Func {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := map[string]hostcalls.Func{}
-	for name, h := range f.handlers {
-		name := name
-		out[name] = hostcalls.Func{Name: name, Family: h.family, Call: func(_ context.Context, _ *hostcalls.Env, req []byte) ([]byte, error) {
-			return f.answer(name, req)
-		}}
-	}
-	return out
-}
+// Host exposes the handlers as host calls for Load.
+func (f *FakeHost) Host() Host { return Host{funcs: f.f.Funcs()} }
 
 // Native returns the fake as the host of native builds (hostcall.SetHost).
-func (f *FakeHost) Native() hostcall.Host { return f.answer }
-
-// RealHost answers native host calls with the daemon's real
-// implementations in funcs (usually hostcalls/catalog.All()), confined to
-// roots like a granted module.
-func RealHost(funcs map[string]hostcalls.Func, roots []string) hostcall.Host {
-	env := &hostcalls.Env{Module: "native", Roots: roots}
-	return func(name string, req []byte) ([]byte, error) {
-		fn, ok := funcs[name]
-		if !ok {
-			return nil, abi.Errorf(abi.Unimplemented, "no host call %s", name)
-		}
-		return fn.Call(context.Background(), env, req)
-	}
-}
+func (f *FakeHost) Native() hostcall.Host { return f.f.Native() }

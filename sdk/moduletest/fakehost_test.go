@@ -3,14 +3,12 @@
 package moduletest_test
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/abi"
-	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
@@ -53,22 +51,15 @@ func TestFakeHostNative(t *testing.T) {
 	}
 }
 
-func TestFakeHostFuncs(t *testing.T) {
+func TestFakeHostHost(t *testing.T) {
 	fake := &moduletest.FakeHost{}
 	fake.Handle("loop", abi.HostCallLoopDetach, func([]byte) ([]byte, error) { return nil, abi.Errorf(abi.NotFound, "no such device") })
-	funcs := fake.Funcs()
-	if len(funcs) != 1 {
-		t.Fatalf("funcs %v, want only loop_detach", funcs)
+	if got := fake.Host().Names(); !slices.Equal(got, []string{abi.HostCallLoopDetach}) {
+		t.Fatalf("host calls %v, want only loop_detach", got)
 	}
-	f := funcs[abi.HostCallLoopDetach]
-	if f.Name != abi.HostCallLoopDetach || f.Family != "loop" {
-		t.Errorf("func %s in family %q, want loop_detach in loop", f.Name, f.Family)
-	}
-	if _, err := f.Call(context.Background(), nil, nil); abi.CodeOf(err) != abi.NotFound {
-		t.Errorf("call: %v, want NOT_FOUND", err)
-	}
-	if got := fake.Calls(); !slices.Equal(got, []string{"loop_detach"}) {
-		t.Errorf("calls %v", got)
+	mixed := moduletest.RealCalls().With(fake.Host())
+	if n := len(mixed.Names()); n != len(moduletest.RealCalls().Names()) {
+		t.Errorf("real calls with a fake loop_detach: %d calls, want as many as the real ones", n)
 	}
 }
 
@@ -76,7 +67,7 @@ func TestFakeHostFuncs(t *testing.T) {
 // names and paths outside the roots are refused before anything runs.
 func TestRealHost(t *testing.T) {
 	pool := t.TempDir()
-	hostcall.SetHost(moduletest.RealHost(catalog.All(), []string{pool}))
+	hostcall.SetHost(moduletest.RealHost([]string{pool}))
 	t.Cleanup(func() { hostcall.SetHost(nil) })
 
 	if ok, err := hostcall.DirExists(pool + "/v-missing"); err != nil || ok {
@@ -85,7 +76,7 @@ func TestRealHost(t *testing.T) {
 	if _, err := hostcall.DirExists("/elsewhere/v"); abi.CodeOf(err) != abi.PermissionDenied {
 		t.Errorf("dir_exists outside the roots: %v, want PERMISSION_DENIED", err)
 	}
-	host := moduletest.RealHost(catalog.All(), []string{pool})
+	host := moduletest.RealHost([]string{pool})
 	if _, err := host("frob_nicate", nil); abi.CodeOf(err) != abi.Unimplemented || !strings.Contains(err.Error(), "frob_nicate") {
 		t.Errorf("unknown host call: %v, want UNIMPLEMENTED naming it", err)
 	}

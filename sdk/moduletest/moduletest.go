@@ -1,25 +1,19 @@
 // Package moduletest runs a built backend module (.wasm) the way the daemon
 // does — same runtime, limits, grants and codec — against a fake host or
 // the daemon's real host calls, so a policy author tests the artifact they
-// ship, with either toolchain. It is for tests only: it fails the test on
-// setup errors instead of returning them.
+// ship, with either toolchain, and tests module logic natively against the
+// same fake or real host (hostcall.SetHost). Its API is in its own types
+// and those of abi and sdk/hostcall; it runs the daemon's runtime inside,
+// which is why it is a module of its own that only an author's tests
+// require. It is for tests only.
 package moduletest
 
 import (
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/wasmcsi/wasmcsi/abi"
-	"github.com/wasmcsi/wasmcsi/hostcalls"
+	mt "github.com/wasmcsi/wasmcsi/internal/moduletest"
 	"github.com/wasmcsi/wasmcsi/modules"
 )
 
@@ -34,102 +28,43 @@ const (
 // Toolchains are both toolchains, for table tests that run once per build.
 var Toolchains = []Toolchain{Go, TinyGo}
 
+// EnvModuleDir names a folder of prebuilt modules ("<name>.wasm" and
+// "<name>.tinygo.wasm"); where it is set, Build returns the prebuilt module
+// instead of compiling.
+const EnvModuleDir = mt.EnvModuleDir
+
 // TinyGoPath returns the tinygo command: $WASMCSI_TINYGO, else tinygo on
 // PATH, else "".
-func TinyGoPath() string {
-	if p := os.Getenv("WASMCSI_TINYGO"); p != "" {
-		return p
-	}
-	if p, err := exec.LookPath("tinygo"); err == nil {
-		return p
-	}
-	return ""
-}
+func TinyGoPath() string { return mt.TinyGoPath() }
 
-var (
-	buildMu    sync.Mutex
-	buildCache = map[string]string{}
-	buildDir   string
-)
-
-// EnvModuleDir names a folder of prebuilt modules ("<name>.wasm" and
-// "<name>.tinygo.wasm"). Where it is set — the VM tier sets it, since its
-// guest has no Go toolchain — Build returns the prebuilt module instead of
-// compiling.
-const EnvModuleDir = "WASMCSI_MODULE_DIR"
-
-// Build compiles the module package pkg (an import path or a ./relative
-// directory) with tc and returns the .wasm path. Builds are shared by every
-// test of the process. A test asking for TinyGo where none is installed is
-// skipped with the reason, unless WASMCSI_REQUIRE_TINYGO is set (CI), where
-// it fails. With EnvModuleDir set, the prebuilt "<last element of pkg>"
-// module is used, and a test whose module is not there is skipped.
+// Build builds the module package pkg (an import path, or a folder starting
+// with "./") with tc and returns the .wasm file's path; builds are cached
+// per test process. Without a TinyGo the TinyGo build skips the test with
+// the reason, or fails it when WASMCSI_REQUIRE_TINYGO=1.
 func Build(t testing.TB, pkg string, tc Toolchain) string {
 	t.Helper()
-	if dir := os.Getenv(EnvModuleDir); dir != "" {
-		name := filepath.Base(pkg)
-		file := filepath.Join(dir, name+".wasm")
-		if tc == TinyGo {
-			file = filepath.Join(dir, name+".tinygo.wasm")
-		}
-		if _, err := os.Stat(file); err != nil {
-			t.Skipf("no prebuilt %s module in %s=%s: %v", tc, EnvModuleDir, dir, err)
-		}
-		return file
-	}
-	if strings.HasPrefix(pkg, ".") {
-		abs, err := filepath.Abs(pkg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pkg = abs
-	}
-	key := string(tc) + " " + pkg
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if p, ok := buildCache[key]; ok {
-		return p
-	}
-	if buildDir == "" {
-		// One shared folder, one file per module and toolchain: later runs
-		// overwrite their own builds instead of leaving folders behind.
-		d := filepath.Join(os.TempDir(), "wasmcsi-moduletest")
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		buildDir = d
-	}
-	sum := sha256.Sum256([]byte(key))
-	final := filepath.Join(buildDir, hex.EncodeToString(sum[:8])+".wasm")
-	// Build under a name of this process, then rename: test binaries of
-	// several packages build the same module at once.
-	out := final + "." + strconv.Itoa(os.Getpid()) + ".tmp"
-	defer os.Remove(out)
-	var cmd *exec.Cmd
-	switch tc {
-	case Go:
-		cmd = exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, pkg)
-		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "CGO_ENABLED=0")
-	case TinyGo:
-		tg := TinyGoPath()
-		if tg == "" {
-			if os.Getenv("WASMCSI_REQUIRE_TINYGO") != "" {
-				t.Fatal("TinyGo required (WASMCSI_REQUIRE_TINYGO) but not found: set WASMCSI_TINYGO or put tinygo on PATH")
-			}
-			t.Skip("needs TinyGo: set WASMCSI_TINYGO (make tinygo prints it) or put tinygo on PATH")
-		}
-		cmd = exec.Command(tg, "build", "-buildmode=c-shared", "-scheduler=none", "-no-debug", "-o", out, pkg)
-	default:
-		t.Fatalf("unknown toolchain %q", tc)
-	}
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s build %s: %v\n%s", tc, pkg, err, b)
-	}
-	if err := os.Rename(out, final); err != nil {
-		t.Fatal(err)
-	}
-	buildCache[key] = final
-	return final
+	return mt.Build(t, pkg, mt.Toolchain(tc))
+}
+
+// Grant is what the operator grants a module in the daemon's configuration
+// (modules.<name> there): the host-call families it may import, the roots
+// its host calls are confined to, and its own configuration for configure.
+type Grant struct {
+	HostCalls []string
+	Roots     []string
+	Config    map[string]string
+}
+
+// Limits bound the module's calls as the daemon's limits do; zero fields
+// take the defaults of Options.Limits.
+type Limits struct {
+	// CallTimeout is the guest time a call may take (default 5 s).
+	CallTimeout time.Duration
+	// MemoryPages caps an instance's memory in 64 KiB pages (default 4096).
+	MemoryPages uint32
+	// PoolSize is the number of instances, the module's concurrency
+	// (default 2).
+	PoolSize int
 }
 
 // Options configure Load.
@@ -137,93 +72,79 @@ type Options struct {
 	// Name is the module's name (default "module").
 	Name string
 	// Grant is what the operator grants the module.
-	Grant modules.Grant
-	// HostCalls answer the module's imports: a FakeHost's Funcs, the real
-	// ones from hostcalls/catalog, or a mix.
-	HostCalls map[string]hostcalls.Func
+	Grant Grant
+	// Host answers the module's imports: a FakeHost's Host(), RealCalls(),
+	// or a mix (Host.With).
+	Host Host
 	// Limits default to 5 s per call, 4096 pages, a pool of 2.
-	Limits modules.Limits
+	Limits Limits
 }
 
 // Module is a loaded module.
 type Module struct {
-	rt *modules.Runtime
-	m  *modules.Module
+	m *mt.Module
 	// Info is the module's decoded backend_info.
 	Info abi.BackendInfo
 }
 
-// Load loads wasm into a fresh runtime, runs its configure (when it has one)
-// with the grant's config and roots on every instance, and decodes its
-// backend_info. The runtime is closed when the test ends.
+// Load loads wasm into a fresh runtime, as the daemon does: it checks the
+// module's imports against the grant and the host, runs its configure
+// (when it has one) with the grant's config and roots on every instance,
+// and decodes its backend_info. The runtime is closed when the test ends.
+// A refusal fails the test; TryLoad returns it.
 func Load(t testing.TB, wasm string, opt Options) *Module {
 	t.Helper()
-	if opt.Name == "" {
-		opt.Name = "module"
-	}
-	if opt.Limits == (modules.Limits{}) {
-		opt.Limits = modules.Limits{CallTimeout: 5 * time.Second, MemoryPages: 4096, PoolSize: 2, AcquireTimeout: 5 * time.Second}
-	}
-	dir := t.TempDir()
-	data, err := os.ReadFile(wasm)
+	m, err := TryLoad(t, wasm, opt)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("load %s: %v", wasm, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, opt.Name+".wasm"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	lm := &Module{}
-	ctx := context.Background()
-	rt, err := modules.New(ctx, modules.Config{
-		// A compilation cache shared by every test run: compiling a
-		// standard-Go module costs seconds (tens under emulation).
-		CacheDir: filepath.Join(os.TempDir(), "wasmcsi-moduletest-cache"),
-		Dir:      dir, Limits: opt.Limits, HostCalls: opt.HostCalls,
-		Grants: map[string]modules.Grant{opt.Name: opt.Grant},
-		OnLoad: func(ctx context.Context, m *modules.Module) error {
-			lm.m = m
-			// As the daemon does: configure first (backend_info may depend
-			// on it) and replay it on every later instance; an SDK module
-			// without a Configurer answers UNIMPLEMENTED, which is fine.
-			if m.Has(abi.OpConfigure) {
-				req := &abi.ConfigureRequest{Config: opt.Grant.Config, Roots: opt.Grant.Roots, NodeID: "moduletest", Role: "all"}
-				switch err := lm.Call(abi.OpConfigure, req, &abi.Empty{}); {
-				case err == nil:
-					m.SetInstanceSetup(abi.OpConfigure, req.AppendWire(nil))
-				case abi.CodeOf(err) != abi.Unimplemented:
-					return err
-				}
-			}
-			return lm.Call(abi.OpInfo, &abi.Empty{}, &lm.Info)
-		},
+	return m
+}
+
+// TryLoad is Load returning the refusal, worded as the daemon logs it
+// ("module \"name\": import wasmcsi.dir_create needs grant \"dir\""), so
+// a test can check that a module is refused without a grant.
+func TryLoad(t testing.TB, wasm string, opt Options) (*Module, error) {
+	t.Helper()
+	m, err := mt.TryLoad(t, wasm, mt.Options{
+		Name:      opt.Name,
+		Grant:     modules.Grant{HostCalls: opt.Grant.HostCalls, Roots: opt.Grant.Roots, Config: opt.Grant.Config},
+		HostCalls: opt.Host.funcs,
+		Limits:    limits(opt.Limits),
 	})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(func() { rt.Close(context.Background()) })
-	if errs := rt.Load(ctx); errs[opt.Name] != nil {
-		t.Fatalf("load %s: %v", wasm, errs[opt.Name])
+	return &Module{m: m, Info: m.Info}, nil
+}
+
+func limits(l Limits) modules.Limits {
+	if l == (Limits{}) {
+		return modules.Limits{}
 	}
-	m, ok := rt.Module(opt.Name)
-	if !ok {
-		t.Fatalf("module %s did not load", opt.Name)
+	out := modules.Limits{CallTimeout: l.CallTimeout, MemoryPages: l.MemoryPages, PoolSize: l.PoolSize, AcquireTimeout: 5 * time.Second}
+	if out.CallTimeout == 0 {
+		out.CallTimeout = 5 * time.Second
 	}
-	lm.rt, lm.m = rt, m
-	return lm
+	if out.MemoryPages == 0 {
+		out.MemoryPages = 4096
+	}
+	if out.PoolSize == 0 {
+		out.PoolSize = 2
+	}
+	return out
 }
 
 // Call runs op with req and decodes the answer into resp. A module's error
 // comes back as an *abi.Error with its code.
-func (m *Module) Call(op abi.Op, req, resp abi.Message) error {
-	out, err := m.m.Call(context.Background(), op, req.AppendWire(nil))
-	if err != nil {
-		return err
-	}
-	return resp.UnmarshalWire(out)
+func (m *Module) Call(op abi.Op, req, resp abi.Message) error { return m.m.Call(op, req, resp) }
+
+// CallRaw runs op with an encoded request and returns the encoded answer,
+// for requests a typed Call cannot make (one that does not decode is
+// INVALID_ARGUMENT).
+func (m *Module) CallRaw(op abi.Op, req []byte) ([]byte, error) {
+	return m.m.CallRaw(op, req)
 }
 
 // Has reports whether the module exports op.
 func (m *Module) Has(op abi.Op) bool { return m.m.Has(op) }
-
-// Runtime returns the module's runtime (for benchmarks and fault tests).
-func (m *Module) Runtime() *modules.Runtime { return m.rt }

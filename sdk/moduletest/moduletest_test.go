@@ -3,18 +3,14 @@
 package moduletest_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/wasmcsi/wasmcsi/abi"
-	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
-	"github.com/wasmcsi/wasmcsi/modules"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
 )
 
@@ -45,9 +41,9 @@ func TestMinimalWithFakeHost(t *testing.T) {
 			// Only the dir family is granted and only two of its calls are
 			// offered: the linker must have dropped every other import.
 			m := moduletest.Load(t, wasm, moduletest.Options{
-				Name:      "minimal",
-				Grant:     modules.Grant{HostCalls: []string{"dir"}, Roots: []string{"/pool"}},
-				HostCalls: fake.Funcs(),
+				Name:  "minimal",
+				Grant: moduletest.Grant{HostCalls: []string{"dir"}, Roots: []string{"/pool"}},
+				Host:  fake.Host(),
 			})
 
 			wantOps := []string{"backend_info", "configure", "create_volume", "delete_volume", "node_stage", "node_unstage"}
@@ -117,8 +113,7 @@ func TestMinimalWithFakeHost(t *testing.T) {
 				t.Errorf("expand_volume: %v, want UNIMPLEMENTED", err)
 			}
 			// A request that does not decode is the caller's fault.
-			mod, _ := m.Runtime().Module("minimal")
-			if _, err := mod.Call(context.Background(), abi.OpCreateVolume, []byte{0x0a, 0x05, 'x'}); abi.CodeOf(err) != abi.InvalidArgument {
+			if _, err := m.CallRaw(abi.OpCreateVolume, []byte{0x0a, 0x05, 'x'}); abi.CodeOf(err) != abi.InvalidArgument {
 				t.Errorf("create_volume with a truncated request: %v, want INVALID_ARGUMENT", err)
 			}
 
@@ -137,9 +132,9 @@ func TestMinimalWithRealHost(t *testing.T) {
 		t.Run(string(tc), func(t *testing.T) {
 			pool := t.TempDir()
 			m := moduletest.Load(t, moduletest.Build(t, minimal, tc), moduletest.Options{
-				Name:      "minimal",
-				Grant:     modules.Grant{HostCalls: []string{"dir"}, Roots: []string{pool}},
-				HostCalls: catalog.All(),
+				Name:  "minimal",
+				Grant: moduletest.Grant{HostCalls: []string{"dir"}, Roots: []string{pool}},
+				Host:  moduletest.RealCalls(),
 			})
 			resp := &abi.CreateVolumeResponse{}
 			if err := m.Call(abi.OpCreateVolume, &abi.CreateVolumeRequest{Name: "pvc-real"}, resp); err != nil {
@@ -167,32 +162,17 @@ func TestMinimalWithRealHost(t *testing.T) {
 func TestMissingGrantRefusesLoad(t *testing.T) {
 	for _, tc := range moduletest.Toolchains {
 		t.Run(string(tc), func(t *testing.T) {
-			wasm := moduletest.Build(t, minimal, tc)
-			dir := t.TempDir()
-			data, err := os.ReadFile(wasm)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, "minimal.wasm"), data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			rt, err := modules.New(context.Background(), modules.Config{
-				Dir:       dir,
-				Limits:    modules.Limits{CallTimeout: 5 * time.Second, MemoryPages: 4096, PoolSize: 1, AcquireTimeout: time.Second},
-				HostCalls: catalog.All(),
-				Grants:    map[string]modules.Grant{"minimal": {HostCalls: []string{"mount"}, Roots: []string{"/pool"}}},
+			m, err := moduletest.TryLoad(t, moduletest.Build(t, minimal, tc), moduletest.Options{
+				Name:  "minimal",
+				Grant: moduletest.Grant{HostCalls: []string{"mount"}, Roots: []string{"/pool"}},
+				Host:  moduletest.RealCalls(),
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { rt.Close(context.Background()) })
-			errs := rt.Load(context.Background())
 			for _, want := range []string{`module "minimal"`, `import wasmcsi.dir_create needs grant "dir"`, `import wasmcsi.dir_remove needs grant "dir"`} {
-				if errs["minimal"] == nil || !strings.Contains(errs["minimal"].Error(), want) {
-					t.Errorf("load error %v, want it to contain %s", errs["minimal"], want)
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("load error %v, want it to contain %s", err, want)
 				}
 			}
-			if _, ok := rt.Module("minimal"); ok {
+			if m != nil {
 				t.Error("a module with an ungranted import was loaded")
 			}
 		})

@@ -9,26 +9,118 @@
 {{- end -}}
 {{- end -}}
 
+{{/*
+wasmcsi.name: the prefix of every object name and app.kubernetes.io/name.
+The layout's name when set, else derived from the release: the release
+name when it contains "wasmcsi" (else "<release>-wasmcsi"), with "-iscsi"
+appended in the split layout unless it already ends so.
+*/}}
 {{- define "wasmcsi.name" -}}
-{{- (include "wasmcsi.l" . | fromYaml).name -}}
+{{- $l := include "wasmcsi.l" . | fromYaml -}}
+{{- if $l.name -}}
+{{- $l.name | trunc 52 | trimSuffix "-" -}}
+{{- else -}}
+{{- $n := .Release.Name -}}
+{{- if not (contains "wasmcsi" $n) }}{{ $n = printf "%s-wasmcsi" $n }}{{ end -}}
+{{- if and (eq .Values.layout "split") (not (hasSuffix "iscsi" $n)) }}{{ $n = printf "%s-iscsi" $n }}{{ end -}}
+{{- $n | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "wasmcsi.driver" -}}
 {{- (include "wasmcsi.l" . | fromYaml).driverName -}}
 {{- end -}}
 
-{{- define "wasmcsi.labels" -}}
+{{/* wasmcsi.selectorLabels: what workloads and Services select on. */}}
+{{- define "wasmcsi.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "wasmcsi.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* wasmcsi.labels: the standard labels of every object. */}}
+{{- define "wasmcsi.labels" -}}
+{{ include "wasmcsi.selectorLabels" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* wasmcsi.image: the wasmcsi image; the tag defaults to appVersion, a digest wins. */}}
 {{- define "wasmcsi.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/* wasmcsi.sidecarImage: a sidecar's image, by digest when one is given. */}}
+{{- define "wasmcsi.sidecarImage" -}}
+{{- if .digest -}}
+{{ (splitList ":" .image | initial | join ":") }}@{{ .digest }}
+{{- else -}}
+{{ .image }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+wasmcsi.podCommon: imagePullSecrets, nodeSelector (kubernetes.io/os: linux
+and the workload's own), affinity and tolerations of a pod. Argument: a dict
+with root and w (the workload's values).
+*/}}
+{{- define "wasmcsi.podCommon" -}}
+{{- with .root.Values.imagePullSecrets -}}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+nodeSelector:
+  kubernetes.io/os: linux
+  {{- with .w.nodeSelector }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .w.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .w.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+wasmcsi.checkPortal fails on the documentation address 192.0.2.5 (RFC 5737)
+left in the split layout's values: nodes would log in to nowhere.
+*/}}
+{{- define "wasmcsi.checkPortal" -}}
+{{- if and (eq .Values.layout "split") (not .Values.split.allowPlaceholderPortal) -}}
+{{- if contains "192.0.2.5" (toYaml .Values.split) -}}
+{{- fail "split layout: the iSCSI portal is still the placeholder 192.0.2.5; set split.controller.backends.iscsi.config.portal, split.controller.backends.iscsi.extraRoots and split.node.backends.iscsi.extraRoots to the storage host's address (deploy/README.md, \"iSCSI\")" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* wasmcsi.chapEnv: CHAP credentials of the iscsi module from a Secret. */}}
+{{- define "wasmcsi.chapEnv" -}}
+{{- with .Values.split.chapSecret }}
+- name: WASMCSI_MODULES__ISCSI__CONFIG__CHAP_USER
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: chap_user
+- name: WASMCSI_MODULES__ISCSI__CONFIG__CHAP_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: chap_secret
+{{- end }}
 {{- end -}}
 
 {{/*
 wasmcsi.config renders a daemon configuration. Argument: a dict with
 root (the chart's top scope), role, dir (the daemon's folder under
-basePath, "" for the node-local layout), metricsPort and backends.
+basePath, "" for the node-local layout), metricsHost (the address to bind
+metrics to, "" for every address), metricsPort and backends.
 */}}
 {{- define "wasmcsi.config" -}}
 {{- $v := .root.Values -}}
@@ -41,7 +133,7 @@ state_dir: {{ $dir }}/state
 module_dir: {{ $dir }}/modules
 cache_dir: {{ $dir }}/cache
 watch_modules: {{ $v.daemon.watchModules }}
-metrics_address: ":{{ .metricsPort }}"
+metrics_address: "{{ .metricsHost | default "" }}:{{ .metricsPort }}"
 backend_parameter: {{ $v.daemon.backendParameter }}
 default_backend: {{ $l.defaultBackend | quote }}
 log_level: {{ $v.daemon.logLevel }}

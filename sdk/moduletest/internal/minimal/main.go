@@ -19,7 +19,7 @@ import (
 type backend struct{ pool string }
 
 func (b *backend) Info() abi.BackendInfo {
-	return abi.BackendInfo{Name: "minimal", Version: "1.0.0", Mount: true}
+	return abi.BackendInfo{Name: "minimal", Version: "1.0.0", Mount: true, DeclaresParameters: true}
 }
 
 // Configure keeps the first granted root as the pool folder.

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/abi"
-	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
 	"github.com/wasmcsi/wasmcsi/sdk/guest"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 	"github.com/wasmcsi/wasmcsi/sdk/moduletest"
@@ -132,7 +131,7 @@ func TestDeleteAndStageUseTheLocalID(t *testing.T) {
 // skip such a test unless root.
 func TestRealHost(t *testing.T) {
 	pool := t.TempDir()
-	hostcall.SetHost(moduletest.RealHost(catalog.All(), []string{pool}))
+	hostcall.SetHost(moduletest.RealHost([]string{pool}))
 	t.Cleanup(func() { hostcall.SetHost(nil) })
 	b := &backend{}
 	if err := b.Configure(&abi.ConfigureRequest{Roots: []string{pool}}); err != nil {
