@@ -435,14 +435,23 @@ func (p *powerLoss) checkPoint(an *anomalies, replay *os.File, checkImg, mnt str
 	for name, v := range want.vols {
 		got, ok := vols[v.id]
 		switch {
+		case !ok && name == changing && strings.HasPrefix(inFlight.what, "delete "):
+			// Its deletion was under way at the cut.
 		case !ok:
 			an.add("lost volume", fmt.Sprintf("%s (%s) acknowledged, not listed", name, v.id))
 		case got.GetCapacityBytes() < v.capacity && name != changing:
 			an.add("capacity lost", fmt.Sprintf("%s: %d bytes listed, %d acknowledged", name, got.GetCapacityBytes(), v.capacity))
 		}
 	}
+	deleting := ""
+	if inFlight != nil && strings.HasPrefix(inFlight.what, "delete snapshot ") {
+		deleting = strings.TrimPrefix(inFlight.what, "delete snapshot ")
+	}
 	for name, s := range want.snaps {
 		got, ok := snaps[s.id]
+		if !ok && name == deleting {
+			continue // its deletion was under way at the cut
+		}
 		if !ok {
 			an.add("lost snapshot", fmt.Sprintf("%s (%s) acknowledged, not listed", name, s.id))
 		} else if !got.GetReadyToUse() {
