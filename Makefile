@@ -3,6 +3,7 @@
 #   make test       every test (root runs the real mount/loop/csi-sanity tiers; others skip with a reason)
 #   make sanity     the csi-sanity binary against the daemon as make run starts it (root)
 #   make test-vm    the privileged tier (device-mapper, iSCSI) inside a QEMU guest
+#   make test-faults  power loss replayed from a dm-log-writes log, failing and full disks (root, QEMU)
 #   make crash      kill the daemon at KILLS random points of a mixed workload and check (root; SEED=n repeats a run)
 #   make test-nomad a Nomad dev agent runs the plugin from deploy/nomad and drives it (root)
 #   make image      the wasmcsi image as a docker-archive (bin/image/wasmcsi.tar) without Docker or a registry (root)
@@ -36,7 +37,7 @@ BENCHTIME ?= 1s
 SCALE_COUNT ?= 1
 KILLS    ?= 1000
 
-.PHONY: all build modules modules-tinygo run test sanity test-vm test-nomad test-k8s image crash bench bench-sidebyside bench-scale bench-datapath lint tinygo clean
+.PHONY: all build modules modules-tinygo run test sanity test-vm test-faults test-nomad test-k8s image crash bench bench-sidebyside bench-scale bench-datapath lint tinygo clean
 
 all: build
 
@@ -74,6 +75,18 @@ sanity:
 
 test-vm:
 	bash .ci/vm/test.sh
+
+# The power-loss and disk-fault tiers (host/faulttest) in the VM guest:
+# FAULT_POINTS of the log's flush points (evenly sampled; "all" checks
+# every one) over FAULT_ROUNDS rounds of the workload; about 40 s a point
+# under TCG. make test-vm runs a sample of 4 points and one round.
+# TinyGo modules: the guest compiles a Go-built one for minutes.
+FAULT_POINTS ?= 200
+FAULT_ROUNDS ?= 2
+test-faults:
+	WASMCSI_TINYGO=$${WASMCSI_TINYGO:-$$(.ci/tinygo.sh)} \
+	VM_ENV="WASMCSI_POWERLOSS_POINTS=$(FAULT_POINTS) WASMCSI_POWERLOSS_ROUNDS=$(FAULT_ROUNDS)" \
+	VM_TEST_ARGS="-test.timeout=6h" VM_TIMEOUT=$${VM_TIMEOUT:-22000} bash .ci/vm/test.sh ./host/faulttest
 
 # make test runs the same test with 200 kill points spread over four seeds
 # (20 with -short); this runs one seed (SEED, or a new one) on the daemon

@@ -3,8 +3,14 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 
 	"github.com/wasmcsi/wasmcsi/abi"
@@ -35,6 +41,7 @@ func (s *Server) volumeHealth(ctx context.Context, id string, mreq abi.VolumeHea
 		})
 		return vh
 	}
+	vh.HealthStatuses = append(vh.HealthStatuses, rootsHealth(b.mod.Grant().Roots)...)
 	if !b.has(abi.OpVolumeHealth) {
 		return vh
 	}
@@ -47,6 +54,60 @@ func (s *Server) volumeHealth(ctx context.Context, id string, mreq abi.VolumeHea
 	}
 	vh.HealthStatuses = append(vh.HealthStatuses, healthEntries(resp.Entries)...)
 	return vh
+}
+
+// rootsHealth reports what the host sees of a backend's folders: one whose
+// filesystem the kernel made read-only (an I/O error aborted its journal,
+// or an operator remounted it) keeps every volume in it from being
+// written, and a backend that only stats its files would call it healthy.
+// Device roots (/dev/...) and names (a device-mapper prefix) are the
+// backend's to judge.
+func rootsHealth(roots []string) []*csi.VolumeHealth_VolumeHealthEntry {
+	var out []*csi.VolumeHealth_VolumeHealthEntry
+	for _, r := range roots {
+		if !filepath.IsAbs(r) || strings.HasPrefix(r, "/dev/") {
+			continue
+		}
+		var st unix.Statfs_t
+		switch err := unix.Statfs(r, &st); {
+		case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR):
+			continue
+		case err != nil:
+			out = append(out, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_INACCESSIBLE,
+				Reason: "PoolUnreachable", Message: fmt.Sprintf("statfs %s: %v", r, err)})
+		case st.Flags&unix.ST_RDONLY != 0:
+			out = append(out, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_DEGRADED,
+				Reason: "PoolReadOnly", Message: "the filesystem of " + r + " is read-only (an I/O error stopped the kernel writing it, or it was remounted read-only): the volume's data cannot change"})
+		case st.Type == unix.EXT4_SUPER_MAGIC:
+			if dev, n := ext4Errors(r); n > 0 {
+				out = append(out, &csi.VolumeHealth_VolumeHealthEntry{Status: csi.VolumeHealthErrorType_DEGRADED,
+					Reason: "PoolFilesystemErrors", Message: fmt.Sprintf("the ext4 filesystem of %s (%s) recorded %d errors: after a failed write the kernel stops writing it; check the disk, unmount and fsck", r, dev, n)})
+			}
+		}
+	}
+	return out
+}
+
+// ext4Errors returns the device of the ext4 filesystem holding dir and the
+// errors the kernel counted on it (/sys/fs/ext4/<dev>/errors_count): after
+// a write error aborts the journal, writes fail with EROFS while statfs
+// may not yet say read-only.
+func ext4Errors(dir string) (string, int) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return "", 0
+	}
+	link, err := os.Readlink(fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev)))
+	if err != nil {
+		return "", 0
+	}
+	dev := filepath.Base(link)
+	b, err := os.ReadFile(filepath.Join("/sys/fs/ext4", dev, "errors_count"))
+	if err != nil {
+		return dev, 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return dev, n
 }
 
 // ControllerGetVolumeHealth reports one volume's health.

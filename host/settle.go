@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -29,6 +30,19 @@ type settler struct {
 
 	kick, urgent chan struct{}
 	stop, done   chan struct{}
+
+	// sync makes a folder's entries durable (syncFolder; tests fake it).
+	sync func(path string) error
+	// broken are the folders whose fsync failed. Linux reports a
+	// writeback error to one fsync only: a later one may succeed although
+	// the changes it should cover are gone (the kernel dropped the pages
+	// it could not write, or the filesystem aborted its journal). So
+	// nothing queued on such a folder completes in this process: the
+	// intents and marks stay for start-up to finish, as the state store
+	// stops after a failed sync of its own log. Its operations stay
+	// pending, so calls that would race them answer ABORTED meanwhile.
+	broken map[string]bool
+	stuck  []settling
 }
 
 // settling is one operation waiting for its batch.
@@ -41,7 +55,7 @@ type settling struct {
 
 func newSettler(log *slog.Logger) *settler {
 	st := &settler{
-		log: log, pending: map[string]int{}, copies: map[string]int{},
+		log: log, pending: map[string]int{}, copies: map[string]int{}, sync: syncFolder, broken: map[string]bool{},
 		kick: make(chan struct{}, 1), urgent: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -163,20 +177,28 @@ func (st *settler) batch() {
 	// while a broken folder (one backend's storage failing) holds back
 	// only the operations on it, not every backend's.
 	synced, held := map[string]bool{}, map[string]bool{}
-	var done, again []settling
+	var done, again, stuck []settling
 	for _, op := range q {
-		ok := true
+		ok, broken := true, false
 		for _, d := range op.dirs {
 			switch {
+			case st.broken[d]:
+				ok, broken = false, true
 			case held[d]:
 				ok = false
 			case synced[d]:
 			default:
-				if err := syncFolder(d); err != nil {
+				var fe *fsyncError
+				switch err := st.sync(d); {
+				case errors.As(err, &fe):
+					st.log.Error("sync pool folder failed; its operations complete at the next start", "folder", d, "err", err)
+					st.broken[d] = true
+					ok, broken = false, true
+				case err != nil:
 					st.log.Error("sync pool folder; its operations complete later", "folder", d, "err", err)
 					held[d] = true
 					ok = false
-				} else {
+				default:
 					synced[d] = true
 				}
 			}
@@ -184,8 +206,15 @@ func (st *settler) batch() {
 		if !ok {
 			for _, d := range op.dirs {
 				held[d] = true
+				if broken {
+					st.broken[d] = true // keep the order of its operations
+				}
 			}
-			again = append(again, op)
+			if broken {
+				stuck = append(stuck, op)
+			} else {
+				again = append(again, op)
+			}
 			continue
 		}
 		done = append(done, op)
@@ -209,6 +238,7 @@ func (st *settler) batch() {
 	if len(again) > 0 {
 		st.queue = append(again, st.queue...)
 	}
+	st.stuck = append(st.stuck, stuck...)
 	st.mu.Unlock()
 	if len(again) > 0 {
 		select {
@@ -218,12 +248,22 @@ func (st *settler) batch() {
 	}
 }
 
-// syncFolder makes the entries of the folder path durable.
+// syncFolder makes the entries of the folder path durable. A failed fsync
+// is an *fsyncError: unlike a folder that cannot be opened (moved away
+// for a while), it may have lost changes for good.
 func syncFolder(path string) error {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
-	return unix.Fsync(fd)
+	if err := unix.Fsync(fd); err != nil {
+		return &fsyncError{err}
+	}
+	return nil
 }
+
+type fsyncError struct{ err error }
+
+func (e *fsyncError) Error() string { return "fsync: " + e.err.Error() }
+func (e *fsyncError) Unwrap() error { return e.err }

@@ -114,7 +114,7 @@ fetch_kernel() {
 }
 
 # Kernel modules in the guest (their dependencies are added by modprobe --show-depends).
-GUEST_MODULES="virtio_pci virtio_blk virtio_rng 9p 9pnet_virtio loop dm_mod dm_thin_pool
+GUEST_MODULES="virtio_pci virtio_blk virtio_rng 9p 9pnet_virtio loop dm_mod dm_thin_pool dm_log_writes dm_flakey
   dm_snapshot dm_crypt dm_mirror dm_multipath dm_round_robin dm_zero ext4 xfs btrfs quota_v2 fuse overlay
   crc32c_generic crc32c_intel iscsi_tcp sd_mod sg scsi_dh_alua nbd configfs target_core_mod
   target_core_iblock target_core_file target_core_user iscsi_target_mod tcm_loop"
@@ -258,7 +258,7 @@ fi
 
 if [ -z "$JOB" ]; then
   # Keep the ten newest job folders of earlier runs for inspection.
-  ls -dt "$CACHE"/jobs/job.* 2>/dev/null | tail -n +10 | xargs -r rm -rf
+  { ls -dt "$CACHE"/jobs/job.* 2>/dev/null || true; } | tail -n +10 | xargs -r rm -rf
   JOB=$(mktemp -d "$CACHE/jobs/job.XXXXXX")
 else
   mkdir -p "$JOB"; JOB=$(readlink -f "$JOB")

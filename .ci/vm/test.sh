@@ -15,6 +15,7 @@
 #                    copied in (<name>.wasm; <name>.tinygo.wasm too when
 #                    WASMCSI_TINYGO names a tinygo, see .ci/tinygo.sh)
 #      VM_TEST_ARGS  extra arguments for every test binary (e.g. -test.run=Thin)
+#      VM_ENV        NAME=value words exported to the test binaries in the guest
 #      VM_TIMEOUT    time limit for the guest run in seconds (default 1800)
 #      VM_MEM        guest memory in MiB (default 2048, at most 2048)
 #      WASMCSI_VM_CACHE  where run.sh keeps the kernel, image and jobs
@@ -87,7 +88,10 @@ else
   done
   log "built modules: $(cd "$STAGE/modules" && echo *.wasm)"
 fi
-log "built ${#NAMES[@]} test binaries in $((SECONDS - T_BUILD)) s"
+# Tests that run the daemon as a program (host/internal/daemontest) find
+# it at $WASMCSI_TEST_DAEMON: the guest cannot build it.
+(CGO_ENABLED=0 go build -trimpath -o "$STAGE/wasmcsi" ./cmd/wasmcsi) || die "go build ./cmd/wasmcsi failed"
+log "built ${#NAMES[@]} test binaries and the daemon in $((SECONDS - T_BUILD)) s"
 
 # ------------------------------------------------------------------ guest script
 # Runs every binary from its package folder (so testdata/ resolves), with
@@ -96,6 +100,7 @@ cat >"$JOB/guest.sh" <<EOF
 #!/bin/sh
 export WASMCSI_VM=1 GOTRACEBACK=all
 [ -d /job/files/modules ] && export WASMCSI_MODULE_DIR=/job/files/modules
+export WASMCSI_TEST_DAEMON=/job/files/wasmcsi ${VM_ENV:-}
 mkdir -p /job/results
 uptime() { read -r u _ </proc/uptime; echo "\$u"; }
 fails=0

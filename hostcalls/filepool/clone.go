@@ -43,6 +43,10 @@ func (p *Pool) Clone(ctx context.Context, src, dst string) error {
 		return fmt.Errorf("clone %s to %s: %w", src, dst, abi.Errorf(abi.AlreadyExists, "exists"))
 	}
 	if err := p.build(ctx, dst, false, func(tmp *os.File) error { return cloneInto(ctx, tmp, in) }); err != nil {
+		if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+			// The copy ran out of room: the CO's RESOURCE_EXHAUSTED.
+			err = &abi.Error{Code: abi.ResourceExhausted, Message: err.Error()}
+		}
 		return fmt.Errorf("clone %s to %s: %w", src, dst, err)
 	}
 	return nil

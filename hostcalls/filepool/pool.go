@@ -457,8 +457,12 @@ func codeErr(err error, msg string) error {
 	switch {
 	case errors.Is(err, unix.ENOENT):
 		return &abi.Error{Code: abi.NotFound, Message: msg}
-	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM), errors.Is(err, unix.EROFS):
+	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
 		return &abi.Error{Code: abi.PermissionDenied, Message: msg}
+	case errors.Is(err, unix.EROFS):
+		// The pool's filesystem, not the caller: remounted read-only, or
+		// made so by the kernel after a write error (as dirpool says).
+		return &abi.Error{Code: abi.FailedPrecondition, Message: msg}
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
 		return &abi.Error{Code: abi.ResourceExhausted, Message: msg}
 	case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EISDIR):

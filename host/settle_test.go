@@ -1,0 +1,60 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// A folder whose fsync failed once must not let its operations complete
+// when a later fsync succeeds: Linux reports a writeback error to one
+// fsync, and the next succeeds although the entries are gone (the disk-
+// fault tier saw a CreateVolume's pool file lost this way, its intent
+// dropped and its record kept). A folder that could not be opened is
+// tried again, and so are the operations of other folders.
+func TestSettlerFailedFsyncHoldsForStartUp(t *testing.T) {
+	st := newSettler(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer st.close()
+	calls := map[string]int{}
+	st.sync = func(path string) error {
+		calls[path]++
+		switch {
+		case path == "/pool/eio" && calls[path] == 1:
+			return &fsyncError{unix.EIO}
+		case path == "/pool/away" && calls[path] == 1:
+			return unix.ENOENT
+		}
+		return nil
+	}
+	var eio, later, away, other atomic.Bool
+	st.add("eio", []string{"/pool/eio"}, func() error { eio.Store(true); return nil })
+	st.add("away", []string{"/pool/away"}, func() error { away.Store(true); return nil })
+	st.add("other", []string{"/pool/other"}, func() error { other.Store(true); return nil })
+	ctx := context.Background()
+	for range 3 {
+		if err := st.flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.add("later", []string{"/pool/eio"}, func() error { later.Store(true); return nil })
+	if err := st.flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if eio.Load() || later.Load() {
+		t.Errorf("operations on a folder whose fsync failed completed (first %v, later %v): a later fsync proves nothing", eio.Load(), later.Load())
+	}
+	if !st.settling("eio") || !st.settling("later") {
+		t.Error("operations on the broken folder no longer pending: racing calls would not answer ABORTED")
+	}
+	if !away.Load() || !other.Load() {
+		t.Errorf("a folder that could not be opened once, or another folder, held back (away %v, other %v)", away.Load(), other.Load())
+	}
+	if errors.Is(&fsyncError{unix.EIO}, unix.EIO) == false {
+		t.Error("fsyncError does not unwrap")
+	}
+}
