@@ -39,11 +39,11 @@ import (
 // its commit). It touches the directory's inode and fsyncs it, which
 // commits the journal up to and including the quota change and writes back
 // no volume's data, unlike syncfs(2). Neither a bare fsync nor Q_SYNC
-// would do: an fsync of a directory whose inode did not change commits
-// nothing, and Q_SYNC writes ext4's dquots into its journal without
-// committing it and is a no-op on xfs. Remove's
-// clearing of a freed ID's limit is not synced: a limit a power loss
-// brings back only makes pickProject skip that ID.
+// would do: on xfs an fsync of a directory whose inode did not change
+// forces nothing (TestQuotaDurableBeforeAnswer fails so), and Q_SYNC
+// writes ext4's dquots into its journal without committing it and is a
+// no-op on xfs. Remove's clearing of a freed ID's limit is not synced: a
+// limit a power loss brings back only makes pickProject skip that ID.
 //
 // Enforcement: xfs enforces project quotas for everyone and answers ENOSPC;
 // ext4 answers EDQUOT and, like every filesystem on the generic quota code,
