@@ -33,14 +33,17 @@ import (
 // Durability: a limit lives in the filesystem's quota records (xfs's dquot
 // log items, ext4's journaled quota inode), which reach the disk with the
 // next journal commit, seconds later. SetQuota (and Create with a quota)
-// therefore ends with one syncfs(2) of the pool's filesystem, after the
-// project ID is on the tree and the limit set, and before it answers, also
-// when the limit was already set (a repeat of a call cut off before its
-// sync). Neither filesystem offers less: Q_SYNC writes ext4's dquots into
-// its journal without committing it and is a no-op on xfs, and an fsync
-// of the directory commits nothing when its inode did not change. Remove's
-// clearing of a freed ID's limit is not synced: a limit a power loss
-// brings back only makes pickProject skip that ID.
+// therefore ends with a metadata-only journal commit (commitQuota), after
+// the project ID is on the tree and the limit set, and before it answers,
+// also when the limit was already set (a repeat of a call cut off before
+// its commit). It touches the directory's inode and fsyncs it, which
+// commits the journal up to and including the quota change and writes back
+// no volume's data, unlike syncfs(2). Neither a bare fsync nor Q_SYNC
+// would do: on xfs an fsync of a directory whose inode did not change
+// forces nothing (TestQuotaDurableBeforeAnswer fails so), and Q_SYNC
+// writes ext4's dquots into its journal without committing it and is a
+// no-op on xfs. Remove's clearing of a freed ID's limit is not synced: a
+// limit a power loss brings back only makes pickProject skip that ID.
 //
 // Enforcement: xfs enforces project quotas for everyone and answers ENOSPC;
 // ext4 answers EDQUOT and, like every filesystem on the generic quota code,
@@ -234,9 +237,30 @@ func (p *Pool) setQuota(ctx context.Context, name string, fd int, bytes int64) e
 	if err := p.setQuotaLocked(ctx, name, fd, bytes); err != nil {
 		return err
 	}
-	// Outside the lock: a slow sync holds back no other volume's quota.
-	if err := unix.Syncfs(p.fd); err != nil {
-		return wrap("set quota", name, fmt.Errorf("syncfs: %w", err))
+	// Outside the lock: a slow commit holds back no other volume's quota.
+	if err := commitQuota(fd); err != nil {
+		return wrap("set quota", name, err)
+	}
+	return nil
+}
+
+// commitQuota makes the limit just set durable without writing back any
+// file's data: it changes the directory's inode (FS_IOC_FSSETXATTR again
+// with the values it has, which updates its ctime in a journal transaction)
+// and fsyncs it. The fsync commits the journal up to that change -- ext4
+// commits the running jbd2 transaction, xfs forces the log up to the
+// inode's sequence -- and both commit in order, so the quota transaction
+// before it goes too. Without the change the fsync commits nothing.
+func commitQuota(fd int) error {
+	var fa fsxattr
+	if err := getFsxattr(fd, &fa); err != nil {
+		return err
+	}
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), fsIocFSSetXattr, uintptr(unsafe.Pointer(&fa))); e != 0 {
+		return fmt.Errorf("FS_IOC_FSSETXATTR: %w", e)
+	}
+	if err := unix.Fsync(fd); err != nil {
+		return fmt.Errorf("fsync: %w", err)
 	}
 	return nil
 }

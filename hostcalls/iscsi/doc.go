@@ -61,9 +61,14 @@
 // itself (the flat "<addr>,<port>" file that "-o new" writes, and the
 // "<addr>,<port>,<tpgt>/<iface>" files discovery writes; an IPv6 address
 // bare) and sets the authentication lines there: a temp file of mode 0600
-// in the same folder, fsync, rename, folder fsync, under the lock that
-// serializes the node database, so iscsiadm sees the old record or the new
-// one, never a torn one. Mutual-CHAP lines a new record may inherit from
+// in the folder that holds the node database, fsync, rename, folder fsync,
+// under the lock that serializes the node database, so iscsiadm sees the
+// old record or the new one, never a torn one. The temp file is never
+// inside the database, where open-iscsi would take one a crash left for a
+// record of its own; the first CHAP login of an Initiator removes such
+// leftovers. Of the default databases only the one iscsiadm uses gets the
+// secret: the one whose records its "-o new" and "-o update" made or
+// changed; a copy in the other would outlive "-o delete". Mutual-CHAP lines a new record may inherit from
 // iscsid.conf are dropped, as the target asks for one-way CHAP. The
 // record layout is open-iscsi's on-disk format, stable since 2.0-870 and
 // checked against a real login in the VM tier.

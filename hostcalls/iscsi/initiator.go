@@ -54,7 +54,9 @@ type Options struct {
 	// NodeDB is open-iscsi's node database folder, where CHAP credentials
 	// are written; default: records are looked for in /etc/iscsi/nodes and
 	// /var/lib/iscsi/nodes (where Debian and RHEL build open-iscsi to keep
-	// them).
+	// them), and written in the one where iscsiadm made or changed them.
+	// Temp files are made in its parent folder, which must be on the same
+	// filesystem.
 	NodeDB string
 	// Log receives one line per login and logout; default slog.Default().
 	Log *slog.Logger
@@ -104,6 +106,12 @@ type Initiator struct {
 	// nodeDB serializes writes to open-iscsi's node database; concurrent
 	// iscsiadm updates of different records have raced in the past.
 	nodeDB sync.Mutex
+	// swept holds the node databases whose stale temp files this
+	// Initiator has removed (under nodeDB).
+	swept map[string]bool
+	// nodeDBs, when set, replaces the node databases of the options
+	// (tests: several databases in temporary folders).
+	nodeDBs []string
 }
 
 // New returns an Initiator that keeps its record of session users in
@@ -127,6 +135,7 @@ func New(stateDir string, opts *Options) (*Initiator, error) {
 		sys:   Sysfs{Root: o.Sysfs},
 		users: u,
 		locks: map[sessionKey]chan struct{}{},
+		swept: map[string]bool{},
 	}, nil
 }
 
@@ -242,6 +251,20 @@ func (in *Initiator) rollback(ctx context.Context, k sessionKey, lun int, create
 func (in *Initiator) configureNode(ctx context.Context, k sessionKey, chap *CHAP) error {
 	in.nodeDB.Lock()
 	defer in.nodeDB.Unlock()
+	dbs := defaultNodeDBs
+	if in.opt.NodeDB != "" {
+		dbs = []string{in.opt.NodeDB}
+	}
+	if in.nodeDBs != nil {
+		dbs = in.nodeDBs
+	}
+	var before map[string]recordStamp
+	if chap != nil {
+		var err error
+		if before, err = recordStamps(dbs, k); err != nil {
+			return abi.Errorf(abi.Internal, "write CHAP credentials: %v", err)
+		}
+	}
 	base := []string{"-m", "node", "-T", k.IQN, "-p", k.portalArg()}
 	if _, err := in.adm.run(ctx, "create node record", append(slices.Clone(base), "-o", "new")...); err != nil {
 		return err
@@ -258,20 +281,28 @@ func (in *Initiator) configureNode(ctx context.Context, k sessionKey, chap *CHAP
 	if _, err := in.adm.run(ctx, "update node record", args...); err != nil || chap == nil {
 		return err
 	}
-	dbs := defaultNodeDBs
-	if in.opt.NodeDB != "" {
-		dbs = []string{in.opt.NodeDB}
-	}
-	recs, err := nodeRecords(dbs, k)
+	// Only the database iscsiadm uses gets the secret: a copy in another
+	// one would outlive the record, as "-o delete" never looks there.
+	db, err := activeNodeDB(dbs, k, before)
 	if err != nil {
 		return abi.Errorf(abi.Internal, "write CHAP credentials: %v", err)
 	}
-	if len(recs) == 0 {
+	if db == "" {
 		return abi.Errorf(abi.Internal, "write CHAP credentials: iscsiadm made no node record for %s under %s",
 			k.String(), strings.Join(dbs, " or "))
 	}
+	if !in.swept[db] {
+		if err := removeStaleTemps(db); err != nil {
+			return abi.Errorf(abi.Internal, "write CHAP credentials: %v", err)
+		}
+		in.swept[db] = true
+	}
+	recs, err := nodeRecords([]string{db}, k)
+	if err != nil {
+		return abi.Errorf(abi.Internal, "write CHAP credentials: %v", err)
+	}
 	for _, r := range recs {
-		if err := updateRecord(r, chapSettings(chap)); err != nil {
+		if err := updateRecord(r, recordTmpDir(db), chapSettings(chap)); err != nil {
 			return abi.Errorf(abi.Internal, "write CHAP credentials: %v", err)
 		}
 	}

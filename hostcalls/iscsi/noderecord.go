@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // open-iscsi keeps one node record per (target, portal, portal group tag,
@@ -99,12 +100,111 @@ func isTPGT(name, flat string) bool {
 	return err == nil
 }
 
+// recordTmpPattern names the temp files of updateRecord, made in the
+// folder that holds the node database: never inside the database, where
+// open-iscsi takes every file of a portal folder for an interface record.
+const recordTmpPattern = ".wasmcsi-node-record.tmp-*"
+
+// recordTmpDir is where updateRecord makes the temp files for the records
+// of the node database db: db's parent, on the same filesystem as db in
+// every layout open-iscsi is packaged with.
+func recordTmpDir(db string) string { return filepath.Dir(filepath.Clean(db)) }
+
+// removeStaleTemps removes the temp files a crash during updateRecord may
+// have left, each holding a secret: this package's in db's parent, and
+// those earlier versions made next to the records (".<name>.tmp-*" in the
+// database's target and portal folders).
+func removeStaleTemps(db string) error {
+	old, err := filepath.Glob(filepath.Join(recordTmpDir(db), recordTmpPattern))
+	if err != nil {
+		return err
+	}
+	for _, pat := range []string{"*/.*.tmp-*", "*/*/.*.tmp-*"} {
+		m, err := filepath.Glob(filepath.Join(db, pat))
+		if err != nil {
+			return err
+		}
+		old = append(old, m...)
+	}
+	for _, p := range old {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove stale temp file: %w", err)
+		}
+	}
+	return nil
+}
+
+// recordStamp identifies one version of a record file.
+type recordStamp struct {
+	ino   uint64
+	size  int64
+	mtime int64
+}
+
+// recordStamps returns the stamps of k's node records in each of dbs.
+func recordStamps(dbs []string, k sessionKey) (map[string]recordStamp, error) {
+	out := map[string]recordStamp{}
+	for _, db := range dbs {
+		recs, err := nodeRecords([]string{db}, k)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			var st syscall.Stat_t
+			if err := syscall.Stat(r, &st); err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				return nil, fmt.Errorf("node record %s: %w", r, err)
+			}
+			out[r] = recordStamp{ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}
+		}
+	}
+	return out, nil
+}
+
+// activeNodeDB picks, of dbs, the node database iscsiadm uses: the one
+// whose records of k its "-o new" and "-o update" runs made or changed
+// (before are the stamps from before those runs), or, when no stamp tells,
+// the only one holding a record of k. It returns "" when none holds one.
+func activeNodeDB(dbs []string, k sessionKey, before map[string]recordStamp) (string, error) {
+	var changed, holding []string
+	for _, db := range dbs {
+		after, err := recordStamps([]string{db}, k)
+		if err != nil {
+			return "", err
+		}
+		if len(after) == 0 {
+			continue
+		}
+		holding = append(holding, db)
+		for r, st := range after {
+			if old, ok := before[r]; !ok || old != st {
+				changed = append(changed, db)
+				break
+			}
+		}
+	}
+	switch {
+	case len(changed) == 1:
+		return changed[0], nil
+	case len(holding) <= 1 && len(changed) == 0:
+		if len(holding) == 0 {
+			return "", nil
+		}
+		return holding[0], nil
+	}
+	return "", fmt.Errorf("records of %s in %s, and iscsiadm changed those of %d: cannot tell which database it uses",
+		k, strings.Join(holding, " and "), len(changed))
+}
+
 // updateRecord sets the given settings in the record file at path: it
 // replaces their lines, adds the missing ones before "# END RECORD" and
-// replaces the file atomically (temp file mode 0600, fsync, rename, folder
-// fsync), so a crash leaves the old record or the new one, and the file
-// holding a secret is readable by root only.
-func updateRecord(path string, set []setting) error {
+// replaces the file atomically (temp file mode 0600 in tmpDir, fsync,
+// rename, folder fsync), so a crash leaves the old record or the new one,
+// and the file holding a secret is readable by root only. tmpDir must be
+// on path's filesystem and outside the node database.
+func updateRecord(path, tmpDir string, set []setting) error {
 	old, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read node record: %w", err)
@@ -145,7 +245,7 @@ func updateRecord(path string, set []setting) error {
 		return fmt.Errorf("read node record: %w", err)
 	}
 	add()
-	if err := writeFileAtomic(path, out.Bytes()); err != nil {
+	if err := writeFileVia(path, tmpDir, recordTmpPattern, out.Bytes()); err != nil {
 		return fmt.Errorf("node record: %w", err)
 	}
 	return nil

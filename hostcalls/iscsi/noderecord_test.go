@@ -151,7 +151,7 @@ func TestUpdateRecordSetsAuthLinesAtomically(t *testing.T) {
 	if err := os.WriteFile(p, []byte(old), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := updateRecord(p, chapSettings(&CHAP{User: "user1", Secret: "secret123456"})); err != nil {
+	if err := updateRecord(p, filepath.Dir(p), chapSettings(&CHAP{User: "user1", Secret: "secret123456"})); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(p)
@@ -180,11 +180,102 @@ func TestUpdateRecordSetsAuthLinesAtomically(t *testing.T) {
 		t.Fatalf("temp files left: %v", left)
 	}
 	// A second update replaces, never repeats, the lines.
-	if err := updateRecord(p, chapSettings(&CHAP{User: "user2", Secret: "secret654321"})); err != nil {
+	if err := updateRecord(p, filepath.Dir(p), chapSettings(&CHAP{User: "user2", Secret: "secret654321"})); err != nil {
 		t.Fatal(err)
 	}
 	b, _ = os.ReadFile(p)
 	if n := strings.Count(string(b), "node.session.auth.password = "); n != 1 || !strings.Contains(string(b), "= secret654321\n") {
 		t.Fatalf("after a second update:\n%s", b)
+	}
+}
+
+// TestRecordTempFileOutsideNodeDB: the temp file that holds a new record,
+// secret included, until the rename is made next to the node database,
+// never in a target or portal folder, where open-iscsi would read a file
+// a crash left behind as a record of its own; and a first CHAP login
+// removes such leftovers, this package's and the ones earlier versions
+// made next to the record.
+func TestRecordTempFileOutsideNodeDB(t *testing.T) {
+	chap := &CHAP{User: "user1", Secret: "secret123456"}
+	f := newFake(t, fakeTarget{IQN: tIQN, Portal: tPortal, LUNs: []int{0}, CHAP: chap})
+	w := f.world()
+	w.TPGT = 1
+	f.save(w)
+	db := f.opts.NodeDB
+	portalDir := filepath.Dir(fakeRecordPath(f.dir, tIQN, tPortal, 1))
+	var stale []string
+	for _, p := range []string{
+		filepath.Join(filepath.Dir(db), ".wasmcsi-node-record.tmp-1"),
+		filepath.Join(portalDir, ".default.tmp-2"),
+		filepath.Join(db, tIQN, ".127.0.0.1,3260.tmp-3"),
+	} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("node.session.auth.password = old-secret-1\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		stale = append(stale, p)
+	}
+	var tmps []string
+	testHookBeforeRename = func(tmp string) { tmps = append(tmps, tmp) }
+	t.Cleanup(func() { testHookBeforeRename = nil })
+
+	in := f.initiator(t.TempDir())
+	if _, err := in.Login(ctxT(t), Target{Portal: tPortal, IQN: tIQN, CHAP: chap}); err != nil {
+		t.Fatal(err)
+	}
+	records := 0
+	for _, tmp := range tmps {
+		if rel, err := filepath.Rel(db, tmp); err != nil || !strings.HasPrefix(rel, "..") {
+			t.Errorf("temp file %s inside the node database %s", tmp, db)
+		}
+		if strings.HasPrefix(filepath.Base(tmp), ".wasmcsi-node-record.tmp-") {
+			records++
+		}
+	}
+	if records != 1 {
+		t.Fatalf("temp files %v: want one for the record", tmps)
+	}
+	for _, p := range stale {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("stale temp file %s left after the first CHAP login", p)
+		}
+	}
+	if err := in.Logout(ctxT(t), Target{Portal: tPortal, IQN: tIQN}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCHAPOnlyInTheDatabaseIscsiadmUses: of two node databases that both
+// hold a record of the target (a stale one in the database iscsiadm does
+// not use), only the one iscsiadm made its record in gets the secret; a
+// copy in the other would stay there after the last logout.
+func TestCHAPOnlyInTheDatabaseIscsiadmUses(t *testing.T) {
+	chap := &CHAP{User: "user1", Secret: "secret123456"}
+	f := newFake(t, fakeTarget{IQN: tIQN, Portal: tPortal, LUNs: []int{0}, CHAP: chap})
+	other := filepath.Join(t.TempDir(), "nodes")
+	staleRec := filepath.Join(other, tIQN, "127.0.0.1,3260")
+	if err := os.MkdirAll(filepath.Dir(staleRec), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(staleRec, []byte("# BEGIN RECORD 2.1.8\nnode.session.auth.authmethod = None\n# END RECORD\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, order := range [][]string{{other, f.opts.NodeDB}, {f.opts.NodeDB, other}} {
+		in := f.initiator(t.TempDir())
+		in.nodeDBs = order
+		if _, err := in.Login(ctxT(t), Target{Portal: tPortal, IQN: tIQN, CHAP: chap}); err != nil {
+			t.Fatal(err)
+		}
+		if rec := f.nodes()[tIQN+"|"+tPortal]; rec[authPassword] != chap.Secret {
+			t.Fatalf("record iscsiadm uses: %v, want the secret", rec)
+		}
+		if b, err := os.ReadFile(staleRec); err != nil || strings.Contains(string(b), chap.Secret) {
+			t.Fatalf("record in the database iscsiadm does not use (%v):\n%s", err, b)
+		}
+		if err := in.Logout(ctxT(t), Target{Portal: tPortal, IQN: tIQN}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

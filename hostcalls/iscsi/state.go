@@ -163,8 +163,18 @@ func (u *users) saveLocked() error {
 }
 
 func writeFileAtomic(path string, b []byte) error {
+	return writeFileVia(path, filepath.Dir(path), "."+filepath.Base(path)+".tmp-*", b)
+}
+
+// testHookBeforeRename, when set, is called with the temp file's path
+// before writeFileVia renames it into place (tests: a crash there).
+var testHookBeforeRename func(tmp string)
+
+// writeFileVia is writeFileAtomic with the temp file made in tmpDir (which
+// must be on path's filesystem) under the os.CreateTemp pattern pattern.
+func writeFileVia(path, tmpDir, pattern string, b []byte) error {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	f, err := os.CreateTemp(tmpDir, pattern)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -187,6 +197,9 @@ func writeFileAtomic(path string, b []byte) error {
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp, err)
+	}
+	if testHookBeforeRename != nil {
+		testHookBeforeRename(tmp)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("rename %s: %w", tmp, err)
