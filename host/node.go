@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -421,25 +422,37 @@ func (s *Server) controllerContext(id string) map[string]string {
 }
 
 // unmountUnrecordedStage unmounts the staging path of a volume with no
-// stage record only where the mount there is one the volume's backend can
-// have made (node.OwnedMount: a pool folder, or a device its grants
-// claim) and no stage record of another volume names the path. A new
-// stage's record is written before its mount but synced after it, so a
-// crash in between leaves such a mount, and the CO's NodeUnstage must
-// release it; anything else mounted there (an unrelated filesystem, a
-// stage of another volume) is not this volume's and stays. Listing the
-// node's stage records happens only on this path, a NodeUnstage with no
-// record of its own.
+// stage record (or one whose record names nothing) only where the mount
+// there is this volume's (node.OwnedMount: a bind of the pool folder or
+// file named for the volume's local ID, or a loop device backed by such a
+// file) and the path, its links resolved, is no recorded staging path or
+// publication target of any volume. A new stage's record is written
+// before its mount but synced after it, so a crash in between leaves such
+// a mount, and the CO's NodeUnstage must release it; anything else
+// mounted there (an unrelated filesystem, a stage or publication of
+// another volume) is not this volume's and stays. Listing the node's
+// records happens only on this path, a NodeUnstage with no record of its
+// own.
 func (s *Server) unmountUnrecordedStage(ctx context.Context, b *backend, id, staging string) error {
-	owned, err := s.node.OwnedMount(ctx, b.mod.Grant().Roots, staging)
+	_, _, local, _ := splitID(id)
+	real, owned, err := s.node.OwnedMount(ctx, b.mod.Grant().Roots, staging, local)
 	if err != nil {
 		return err
 	}
 	if !owned {
 		if mounted, _ := s.node.IsMounted(staging); mounted {
-			s.log.Warn("NodeUnstage of a volume with no stage record: the mount at the staging path is not the daemon's, nothing touched", "volume", id, "staging", staging)
+			s.log.Warn("NodeUnstage of a volume with no stage record: the mount at the staging path is not the volume's, nothing touched", "volume", id, "staging", staging)
 		}
 		return nil
+	}
+	// A recorded path is compared resolved too: a record or the request
+	// may name it through a link.
+	recorded := func(p string) bool {
+		if p == staging || p == real {
+			return true
+		}
+		r, err := filepath.EvalSymlinks(p)
+		return err == nil && r == real
 	}
 	for token := ""; ; {
 		stages, next, err := s.store.ListStages(token, 256)
@@ -447,7 +460,7 @@ func (s *Server) unmountUnrecordedStage(ctx context.Context, b *backend, id, sta
 			return err
 		}
 		for _, o := range stages {
-			if o.StagingPath == staging && o.VolumeID != id {
+			if o.VolumeID != id && recorded(o.StagingPath) {
 				s.log.Warn("NodeUnstage of a volume with no stage record names the staging path of another: nothing touched", "volume", id, "staging", staging, "staged", o.VolumeID)
 				return nil
 			}
@@ -456,7 +469,22 @@ func (s *Server) unmountUnrecordedStage(ctx context.Context, b *backend, id, sta
 			break
 		}
 	}
-	return s.node.Unmount(ctx, staging)
+	for token := ""; ; {
+		pubs, next, err := s.store.ListPublishes(token, 256)
+		if err != nil {
+			return err
+		}
+		for _, o := range pubs {
+			if recorded(o.TargetPath) {
+				s.log.Warn("NodeUnstage of a volume with no stage record names a publication target: nothing touched", "volume", id, "staging", staging, "published", o.VolumeID)
+				return nil
+			}
+		}
+		if token = next; token == "" {
+			break
+		}
+	}
+	return s.node.Unmount(ctx, real)
 }
 
 // unstageUnrecorded lets the backend release what a NodeStage cut off by a

@@ -93,6 +93,12 @@ func TestNodeCallsTouchOnlyTheVolumes(t *testing.T) {
 	unstage(id, tmp) // staged, but elsewhere
 	wantIntact(t, tmp, "NodeUnstage of a volume staged elsewhere")
 	unstage(unknown, v.staging) // another volume's stage
+	unstage(unknown, v.target)  // another volume's publication
+	link := filepath.Join(w, "link-to-staging")
+	if err := os.Symlink(v.staging, link); err != nil {
+		t.Fatal(err)
+	}
+	unstage(unknown, link) // another volume's stage, through a link
 	if mountsAt(t, v.staging) != 1 || mountsAt(t, v.target) != 1 {
 		t.Errorf("calls for other volumes took the stage or publication of %s: %d mounts at staging, %d at target", id, mountsAt(t, v.staging), mountsAt(t, v.target))
 	}
