@@ -391,10 +391,10 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 // unstage unmounts the staging path and lets the backend release the
 // storage.
 func (s *Server) unstage(ctx context.Context, rec *state.Stage) error {
-	if err := s.node.Unmount(ctx, rec.StagingPath); err != nil {
+	b, ok := s.backends.Load().get(rec.Backend)
+	if err := s.unmountStage(ctx, b, rec); err != nil {
 		return err
 	}
-	b, ok := s.backends.Load().get(rec.Backend)
 	if !ok {
 		return errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", rec.Backend, rec.VolumeID)
 	}
@@ -411,6 +411,38 @@ func (s *Server) unstage(ctx context.Context, rec *state.Stage) error {
 	// loop device loop_find described, which loop_detach then detaches).
 	return b.call(hostcalls.WithMemo(ctx), abi.OpNodeUnstage, &mreq, &abi.Empty{})
 }
+
+// unmountStage unmounts the mounts at the staging path that are the
+// recorded stage's, topmost first (a stage repeated over itself stacks
+// them), and stops at the first that is not: a mount of something else,
+// over or under the stage, is not the volume's to take. A record that
+// names nothing (written after a cut-off node_stage) is the volume's
+// mount only where unmountUnrecordedStage finds it so; b is nil when
+// the volume's backend is not loaded.
+func (s *Server) unmountStage(ctx context.Context, b *backend, rec *state.Stage) error {
+	if rec.Device == "" && rec.Directory == "" {
+		if b == nil {
+			return errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", rec.Backend, rec.VolumeID)
+		}
+		return s.unmountUnrecordedStage(ctx, b, rec.VolumeID, rec.StagingPath)
+	}
+	for i := 0; i < maxStackedStages && s.stageMount(rec); i++ {
+		if err := s.node.UnmountTop(ctx, rec.StagingPath); err != nil {
+			return err
+		}
+	}
+	if s.stageMount(rec) {
+		return errf(codes.Internal, "staging path %q of volume %q: still mounted after %d unmounts", rec.StagingPath, rec.VolumeID, maxStackedStages)
+	}
+	if mounted, _ := s.node.IsMounted(rec.StagingPath); mounted {
+		s.log.Warn("NodeUnstage: the mount at the staging path is not the volume's stage, left as it is", "volume", rec.VolumeID, "staging", rec.StagingPath)
+	}
+	return nil
+}
+
+// maxStackedStages bounds the stage mounts unmountStage takes off one
+// staging path.
+const maxStackedStages = 64
 
 // controllerContext returns the context of volume id where this daemon
 // is its controller too, else nil.

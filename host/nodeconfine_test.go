@@ -243,3 +243,23 @@ func TestDaemonNodeCallsTouchNothingOfOthers(t *testing.T) {
 		t.Errorf("the daemon's socket %s has mode %v, want 0600", p.Socket, st.Mode().Perm())
 	}
 }
+
+// TestNodeUnstageTakesOnlyTheStage: NodeUnstage of a recorded stage
+// unmounts the stage's own mount, not a mount of something else stacked
+// over the staging path.
+func TestNodeUnstageTakesOnlyTheStage(t *testing.T) {
+	d, _ := specDaemon(t)
+	v := newLocalVolume(t, d, "stacked")
+	if err := v.stage(callCtx(t), d); err != nil {
+		t.Fatal(err)
+	}
+	// Something else mounts over the stage (the work folder of the
+	// volume detaches both at the end).
+	tmp := mountTmpfs(t, filepath.Dir(v.staging), filepath.Base(v.staging))
+	if _, err := d.node().NodeUnstageVolume(callCtx(t), &csi.NodeUnstageVolumeRequest{VolumeId: v.vol.GetVolumeId(), StagingTargetPath: v.staging}); err != nil {
+		t.Logf("NodeUnstage under another mount: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(tmp, "data")); err != nil || string(b) != "someone's" {
+		t.Errorf("NodeUnstage took the mount stacked over the stage: file %q, %v", b, err)
+	}
+}
