@@ -329,7 +329,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
-	if err := s.nodePath("staging_target_path", staging); err != nil {
+	if err := nodePath("staging_target_path", staging); err != nil {
 		return nil, err
 	}
 	unlock, err := s.lock(volKey(id))
@@ -338,6 +338,11 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	}
 	defer unlock()
 	rec, err := s.store.GetStage(id)
+	if perr := s.teardownPath("staging_target_path", staging, func() (bool, error) {
+		return err == nil && rec.StagingPath == staging, nil
+	}); perr != nil {
+		return nil, perr
+	}
 	if errors.Is(err, state.ErrNotFound) {
 		b, err := s.nodeBackend(id)
 		if err != nil {
@@ -759,7 +764,7 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
-	if err := s.nodePath("target_path", target); err != nil {
+	if err := nodePath("target_path", target); err != nil {
 		return nil, err
 	}
 	unlock, err := s.lock(volKey(id))
@@ -767,6 +772,20 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, err
 	}
 	defer unlock()
+	if err := s.teardownPath("target_path", target, func() (bool, error) {
+		if _, err := s.store.GetPublish(id, target); err == nil {
+			return true, nil
+		} else if !errors.Is(err, state.ErrNotFound) {
+			return false, err
+		}
+		e, err := s.store.GetEphemeral(id)
+		if errors.Is(err, state.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil && e.TargetPath == target, err
+	}); err != nil {
+		return nil, err
+	}
 	if e, err := s.store.GetEphemeral(id); err == nil {
 		if err := s.unpublishEphemeral(ctx, &e, target); err != nil {
 			return nil, err

@@ -263,3 +263,54 @@ func TestNodeUnstageTakesOnlyTheStage(t *testing.T) {
 		t.Errorf("NodeUnstage took the mount stacked over the stage: file %q, %v", b, err)
 	}
 }
+
+// TestNodePathRootsTeardown: node.path_roots configured after a volume
+// was staged and published elsewhere does not keep the recorded stage and
+// publication from being taken down; and a link inside a root cannot
+// lead a stage outside the roots.
+func TestNodePathRootsTeardown(t *testing.T) {
+	w := workDir(t)
+	o := localdirOptions(t)
+	d := startDaemon(t, o)
+	v := newLocalVolume(t, d, "before-roots")
+	if err := v.stage(callCtx(t), d); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.publish(callCtx(t), d); err != nil {
+		t.Fatal(err)
+	}
+	d.stop()
+	d.cfg.Node.PathRoots = []string{filepath.Join(w, "kubelet")}
+	d.start(t)
+	if err := v.unpublish(callCtx(t), d); err != nil {
+		t.Errorf("NodeUnpublish of a recorded publication outside roots set later: %v", err)
+	}
+	if err := v.unstage(callCtx(t), d); err != nil {
+		t.Errorf("NodeUnstage of a recorded stage outside roots set later: %v", err)
+	}
+	if n := mountsAt(t, v.staging) + mountsAt(t, v.target); n != 0 {
+		t.Errorf("%d mounts left after the teardown", n)
+	}
+
+	// An unrecorded path outside the roots is still refused.
+	_, err := d.node().NodeUnstageVolume(callCtx(t), &csi.NodeUnstageVolumeRequest{VolumeId: v.vol.GetVolumeId(), StagingTargetPath: v.staging})
+	wantCode(t, err, codes.InvalidArgument, "path roots")
+
+	// A link inside the roots to a folder outside them.
+	outside := filepath.Join(w, "elsewhere")
+	if err := os.MkdirAll(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(w, "kubelet"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(w, "kubelet", "escape")); err != nil {
+		t.Fatal(err)
+	}
+	via := filepath.Join(w, "kubelet", "escape", "staging")
+	_, err = d.node().NodeStageVolume(callCtx(t), &csi.NodeStageVolumeRequest{VolumeId: v.vol.GetVolumeId(), StagingTargetPath: via, VolumeCapability: rwCap, VolumeContext: v.vol.GetVolumeContext()})
+	wantCode(t, err, codes.InvalidArgument, "path roots")
+	if n := mountsAt(t, filepath.Join(outside, "staging")); n != 0 {
+		t.Errorf("NodeStage through a link out of the roots mounted %d", n)
+	}
+}
