@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -328,7 +329,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
-	if err := s.nodePath("staging_target_path", staging); err != nil {
+	if err := nodePath("staging_target_path", staging); err != nil {
 		return nil, err
 	}
 	unlock, err := s.lock(volKey(id))
@@ -337,6 +338,11 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	}
 	defer unlock()
 	rec, err := s.store.GetStage(id)
+	if perr := s.teardownPath("staging_target_path", staging, func() (bool, error) {
+		return err == nil && rec.StagingPath == staging, nil
+	}); perr != nil {
+		return nil, perr
+	}
 	if errors.Is(err, state.ErrNotFound) {
 		b, err := s.nodeBackend(id)
 		if err != nil {
@@ -390,10 +396,10 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 // unstage unmounts the staging path and lets the backend release the
 // storage.
 func (s *Server) unstage(ctx context.Context, rec *state.Stage) error {
-	if err := s.node.Unmount(ctx, rec.StagingPath); err != nil {
+	b, ok := s.backends.Load().get(rec.Backend)
+	if err := s.unmountStage(ctx, b, rec); err != nil {
 		return err
 	}
-	b, ok := s.backends.Load().get(rec.Backend)
 	if !ok {
 		return errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", rec.Backend, rec.VolumeID)
 	}
@@ -411,6 +417,38 @@ func (s *Server) unstage(ctx context.Context, rec *state.Stage) error {
 	return b.call(hostcalls.WithMemo(ctx), abi.OpNodeUnstage, &mreq, &abi.Empty{})
 }
 
+// unmountStage unmounts the mounts at the staging path that are the
+// recorded stage's, topmost first (a stage repeated over itself stacks
+// them), and stops at the first that is not: a mount of something else,
+// over or under the stage, is not the volume's to take. A record that
+// names nothing (written after a cut-off node_stage) is the volume's
+// mount only where unmountUnrecordedStage finds it so; b is nil when
+// the volume's backend is not loaded.
+func (s *Server) unmountStage(ctx context.Context, b *backend, rec *state.Stage) error {
+	if rec.Device == "" && rec.Directory == "" {
+		if b == nil {
+			return errf(codes.FailedPrecondition, "backend %q of volume %q is not loaded", rec.Backend, rec.VolumeID)
+		}
+		return s.unmountUnrecordedStage(ctx, b, rec.VolumeID, rec.StagingPath)
+	}
+	for i := 0; i < maxStackedStages && s.stageMount(rec); i++ {
+		if err := s.node.UnmountTop(ctx, rec.StagingPath); err != nil {
+			return err
+		}
+	}
+	if s.stageMount(rec) {
+		return errf(codes.Internal, "staging path %q of volume %q: still mounted after %d unmounts", rec.StagingPath, rec.VolumeID, maxStackedStages)
+	}
+	if mounted, _ := s.node.IsMounted(rec.StagingPath); mounted {
+		s.log.Warn("NodeUnstage: the mount at the staging path is not the volume's stage, left as it is", "volume", rec.VolumeID, "staging", rec.StagingPath)
+	}
+	return nil
+}
+
+// maxStackedStages bounds the stage mounts unmountStage takes off one
+// staging path.
+const maxStackedStages = 64
+
 // controllerContext returns the context of volume id where this daemon
 // is its controller too, else nil.
 func (s *Server) controllerContext(id string) map[string]string {
@@ -421,25 +459,37 @@ func (s *Server) controllerContext(id string) map[string]string {
 }
 
 // unmountUnrecordedStage unmounts the staging path of a volume with no
-// stage record only where the mount there is one the volume's backend can
-// have made (node.OwnedMount: a pool folder, or a device its grants
-// claim) and no stage record of another volume names the path. A new
-// stage's record is written before its mount but synced after it, so a
-// crash in between leaves such a mount, and the CO's NodeUnstage must
-// release it; anything else mounted there (an unrelated filesystem, a
-// stage of another volume) is not this volume's and stays. Listing the
-// node's stage records happens only on this path, a NodeUnstage with no
-// record of its own.
+// stage record (or one whose record names nothing) only where the mount
+// there is this volume's (node.OwnedMount: a bind of the pool folder or
+// file named for the volume's local ID, or a loop device backed by such a
+// file) and the path, its links resolved, is no recorded staging path or
+// publication target of any volume. A new stage's record is written
+// before its mount but synced after it, so a crash in between leaves such
+// a mount, and the CO's NodeUnstage must release it; anything else
+// mounted there (an unrelated filesystem, a stage or publication of
+// another volume) is not this volume's and stays. Listing the node's
+// records happens only on this path, a NodeUnstage with no record of its
+// own.
 func (s *Server) unmountUnrecordedStage(ctx context.Context, b *backend, id, staging string) error {
-	owned, err := s.node.OwnedMount(ctx, b.mod.Grant().Roots, staging)
+	_, _, local, _ := splitID(id)
+	real, owned, err := s.node.OwnedMount(ctx, b.mod.Grant().Roots, staging, local)
 	if err != nil {
 		return err
 	}
 	if !owned {
 		if mounted, _ := s.node.IsMounted(staging); mounted {
-			s.log.Warn("NodeUnstage of a volume with no stage record: the mount at the staging path is not the daemon's, nothing touched", "volume", id, "staging", staging)
+			s.log.Warn("NodeUnstage of a volume with no stage record: the mount at the staging path is not the volume's, nothing touched", "volume", id, "staging", staging)
 		}
 		return nil
+	}
+	// A recorded path is compared resolved too: a record or the request
+	// may name it through a link.
+	recorded := func(p string) bool {
+		if p == staging || p == real {
+			return true
+		}
+		r, err := filepath.EvalSymlinks(p)
+		return err == nil && r == real
 	}
 	for token := ""; ; {
 		stages, next, err := s.store.ListStages(token, 256)
@@ -447,7 +497,7 @@ func (s *Server) unmountUnrecordedStage(ctx context.Context, b *backend, id, sta
 			return err
 		}
 		for _, o := range stages {
-			if o.StagingPath == staging && o.VolumeID != id {
+			if o.VolumeID != id && recorded(o.StagingPath) {
 				s.log.Warn("NodeUnstage of a volume with no stage record names the staging path of another: nothing touched", "volume", id, "staging", staging, "staged", o.VolumeID)
 				return nil
 			}
@@ -456,7 +506,22 @@ func (s *Server) unmountUnrecordedStage(ctx context.Context, b *backend, id, sta
 			break
 		}
 	}
-	return s.node.Unmount(ctx, staging)
+	for token := ""; ; {
+		pubs, next, err := s.store.ListPublishes(token, 256)
+		if err != nil {
+			return err
+		}
+		for _, o := range pubs {
+			if recorded(o.TargetPath) {
+				s.log.Warn("NodeUnstage of a volume with no stage record names a publication target: nothing touched", "volume", id, "staging", staging, "published", o.VolumeID)
+				return nil
+			}
+		}
+		if token = next; token == "" {
+			break
+		}
+	}
+	return s.node.Unmount(ctx, real)
 }
 
 // unstageUnrecorded lets the backend release what a NodeStage cut off by a
@@ -699,7 +764,7 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	if id == "" {
 		return nil, errf(codes.InvalidArgument, "volume_id missing")
 	}
-	if err := s.nodePath("target_path", target); err != nil {
+	if err := nodePath("target_path", target); err != nil {
 		return nil, err
 	}
 	unlock, err := s.lock(volKey(id))
@@ -707,6 +772,20 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 		return nil, err
 	}
 	defer unlock()
+	if err := s.teardownPath("target_path", target, func() (bool, error) {
+		if _, err := s.store.GetPublish(id, target); err == nil {
+			return true, nil
+		} else if !errors.Is(err, state.ErrNotFound) {
+			return false, err
+		}
+		e, err := s.store.GetEphemeral(id)
+		if errors.Is(err, state.ErrNotFound) {
+			return false, nil
+		}
+		return err == nil && e.TargetPath == target, err
+	}); err != nil {
+		return nil, err
+	}
 	if e, err := s.store.GetEphemeral(id); err == nil {
 		if err := s.unpublishEphemeral(ctx, &e, target); err != nil {
 			return nil, err

@@ -93,6 +93,12 @@ func TestNodeCallsTouchOnlyTheVolumes(t *testing.T) {
 	unstage(id, tmp) // staged, but elsewhere
 	wantIntact(t, tmp, "NodeUnstage of a volume staged elsewhere")
 	unstage(unknown, v.staging) // another volume's stage
+	unstage(unknown, v.target)  // another volume's publication
+	link := filepath.Join(w, "link-to-staging")
+	if err := os.Symlink(v.staging, link); err != nil {
+		t.Fatal(err)
+	}
+	unstage(unknown, link) // another volume's stage, through a link
 	if mountsAt(t, v.staging) != 1 || mountsAt(t, v.target) != 1 {
 		t.Errorf("calls for other volumes took the stage or publication of %s: %d mounts at staging, %d at target", id, mountsAt(t, v.staging), mountsAt(t, v.target))
 	}
@@ -235,5 +241,76 @@ func TestDaemonNodeCallsTouchNothingOfOthers(t *testing.T) {
 		t.Error(err)
 	} else if st.Mode().Perm() != 0o600 {
 		t.Errorf("the daemon's socket %s has mode %v, want 0600", p.Socket, st.Mode().Perm())
+	}
+}
+
+// TestNodeUnstageTakesOnlyTheStage: NodeUnstage of a recorded stage
+// unmounts the stage's own mount, not a mount of something else stacked
+// over the staging path.
+func TestNodeUnstageTakesOnlyTheStage(t *testing.T) {
+	d, _ := specDaemon(t)
+	v := newLocalVolume(t, d, "stacked")
+	if err := v.stage(callCtx(t), d); err != nil {
+		t.Fatal(err)
+	}
+	// Something else mounts over the stage (the work folder of the
+	// volume detaches both at the end).
+	tmp := mountTmpfs(t, filepath.Dir(v.staging), filepath.Base(v.staging))
+	if _, err := d.node().NodeUnstageVolume(callCtx(t), &csi.NodeUnstageVolumeRequest{VolumeId: v.vol.GetVolumeId(), StagingTargetPath: v.staging}); err != nil {
+		t.Logf("NodeUnstage under another mount: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(tmp, "data")); err != nil || string(b) != "someone's" {
+		t.Errorf("NodeUnstage took the mount stacked over the stage: file %q, %v", b, err)
+	}
+}
+
+// TestNodePathRootsTeardown: node.path_roots configured after a volume
+// was staged and published elsewhere does not keep the recorded stage and
+// publication from being taken down; and a link inside a root cannot
+// lead a stage outside the roots.
+func TestNodePathRootsTeardown(t *testing.T) {
+	w := workDir(t)
+	o := localdirOptions(t)
+	d := startDaemon(t, o)
+	v := newLocalVolume(t, d, "before-roots")
+	if err := v.stage(callCtx(t), d); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.publish(callCtx(t), d); err != nil {
+		t.Fatal(err)
+	}
+	d.stop()
+	d.cfg.Node.PathRoots = []string{filepath.Join(w, "kubelet")}
+	d.start(t)
+	if err := v.unpublish(callCtx(t), d); err != nil {
+		t.Errorf("NodeUnpublish of a recorded publication outside roots set later: %v", err)
+	}
+	if err := v.unstage(callCtx(t), d); err != nil {
+		t.Errorf("NodeUnstage of a recorded stage outside roots set later: %v", err)
+	}
+	if n := mountsAt(t, v.staging) + mountsAt(t, v.target); n != 0 {
+		t.Errorf("%d mounts left after the teardown", n)
+	}
+
+	// An unrecorded path outside the roots is still refused.
+	_, err := d.node().NodeUnstageVolume(callCtx(t), &csi.NodeUnstageVolumeRequest{VolumeId: v.vol.GetVolumeId(), StagingTargetPath: v.staging})
+	wantCode(t, err, codes.InvalidArgument, "path roots")
+
+	// A link inside the roots to a folder outside them.
+	outside := filepath.Join(w, "elsewhere")
+	if err := os.MkdirAll(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(w, "kubelet"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(w, "kubelet", "escape")); err != nil {
+		t.Fatal(err)
+	}
+	via := filepath.Join(w, "kubelet", "escape", "staging")
+	_, err = d.node().NodeStageVolume(callCtx(t), &csi.NodeStageVolumeRequest{VolumeId: v.vol.GetVolumeId(), StagingTargetPath: via, VolumeCapability: rwCap, VolumeContext: v.vol.GetVolumeContext()})
+	wantCode(t, err, codes.InvalidArgument, "path roots")
+	if n := mountsAt(t, filepath.Join(outside, "staging")); n != 0 {
+		t.Errorf("NodeStage through a link out of the roots mounted %d", n)
 	}
 }

@@ -1,6 +1,8 @@
 package host
 
 import (
+	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -100,14 +102,65 @@ func (s *Server) nodePath(field, p string) error {
 	return s.inPathRoots(field, p)
 }
 
-// inPathRoots refuses a path outside the configured node.path_roots (none
-// configured: any path). p is absolute and clean.
-func (s *Server) inPathRoots(field, p string) error {
-	roots := s.cfg.Node.PathRoots
-	if p == "" || len(roots) == 0 || node.Within(roots, p) || slices.Contains(roots, "/") {
+// teardownPath checks a staging or target path the node service takes
+// down (NodeUnstage, NodeUnpublish): nodePath's checks, the roots only
+// when no record names exactly that path for the volume. A recorded path
+// was accepted when it was set up; roots configured or changed since (a
+// kubelet root folder that differs) must not keep its teardown from ever
+// succeeding.
+func (s *Server) teardownPath(field, p string, recorded func() (bool, error)) error {
+	if err := nodePath(field, p); err != nil {
+		return err
+	}
+	if len(s.cfg.Node.PathRoots) == 0 {
 		return nil
 	}
+	ok, err := recorded()
+	if err != nil || ok {
+		return err
+	}
+	return s.inPathRoots(field, p)
+}
+
+// inPathRoots refuses a path outside the configured node.path_roots (none
+// configured: any path). p is absolute and clean. Both p and the roots are
+// compared with their links resolved, so that a link inside a root cannot
+// lead a mount outside the roots.
+func (s *Server) inPathRoots(field, p string) error {
+	roots := s.cfg.Node.PathRoots
+	if p == "" || len(roots) == 0 || slices.Contains(roots, "/") {
+		return nil
+	}
+	real, err := resolveExisting(p)
+	if err != nil {
+		return errf(codes.Unavailable, "%s %q: %v", field, p, err)
+	}
+	if node.Within(roots, p) && node.Within(roots, real) {
+		return nil
+	}
+	for _, r := range roots {
+		if rr, err := filepath.EvalSymlinks(r); err == nil && node.Within([]string{rr}, real) {
+			return nil
+		}
+	}
 	return errf(codes.InvalidArgument, "%s %q is outside the node's path roots %q", field, p, roots)
+}
+
+// resolveExisting resolves the links of the longest part of the absolute,
+// clean path p that exists and joins the rest to it: where p leads, or
+// would lead once the missing folders are made.
+func resolveExisting(p string) (string, error) {
+	rest := ""
+	for cur := p; ; cur = filepath.Dir(cur) {
+		real, err := filepath.EvalSymlinks(cur)
+		if err == nil {
+			return filepath.Join(real, rest), nil
+		}
+		if !errors.Is(err, os.ErrNotExist) || cur == "/" {
+			return "", err
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+	}
 }
 
 // lookupNodePath checks a volume_path that the node service only looks up

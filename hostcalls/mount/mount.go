@@ -387,6 +387,30 @@ func UnmountLazy(ctx context.Context, target string) (bool, error) {
 	return unmount(ctx, target, unix.MNT_DETACH)
 }
 
+// UnmountTop unmounts the topmost mount at target only, never one stacked
+// under it. It reports whether anything was unmounted; a target that does
+// not exist or is not a mount point is fine.
+func UnmountTop(ctx context.Context, target string) (bool, error) {
+	if err := checkPath("target", target); err != nil {
+		return false, err
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return false, fail("unmount", target, err)
+		}
+		err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, unix.EINTR):
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR):
+			return false, nil
+		default:
+			return false, fail("unmount", target, err)
+		}
+	}
+}
+
 // maxStacked bounds the loop over stacked mounts.
 const maxStacked = 64
 

@@ -2,11 +2,14 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/wasmcsi/wasmcsi/hostcalls"
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
@@ -39,19 +42,21 @@ func (n *Node) ConfineDirectory(who string, roots []string, dir string) (string,
 // which the stage record keeps.
 func (n *Node) ConfineDevice(ctx context.Context, who string, roots []string, dev string) (path, identity string, err error) {
 	if !filepath.IsAbs(dev) {
-		return "", "", errf(codes.Internal, "%s named a relative device %q", who, dev)
+		return "", "", notGranted{errf(codes.Internal, "%s named a relative device %q", who, dev)}
 	}
 	d := hostcalls.Device{Path: dev}
 	if id, ok, err := n.claim(ctx, d, roots); err != nil || ok {
 		return dev, id, err
 	}
 	real, err := filepath.EvalSymlinks(dev)
-	if err != nil {
+	if errors.Is(err, os.ErrNotExist) {
+		return "", "", notGranted{fmt.Errorf("device %s: %w", dev, err)}
+	} else if err != nil {
 		return "", "", fmt.Errorf("device %s: %w", dev, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(real, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
-		return "", "", errf(codes.Internal, "%s named %q, which is not a block device", who, dev)
+		return "", "", notGranted{errf(codes.Internal, "%s named %q, which is not a block device", who, dev)}
 	}
 	d.Real = real
 	id, ok, err := n.claim(ctx, d, roots)
@@ -59,9 +64,26 @@ func (n *Node) ConfineDevice(ctx context.Context, who string, roots []string, de
 		return "", "", err
 	}
 	if !ok {
-		return "", "", errf(codes.Internal, "%s named device %q, which its grants do not explain", who, dev)
+		return "", "", notGranted{errf(codes.Internal, "%s named device %q, which its grants do not explain", who, dev)}
 	}
 	return real, id, nil
+}
+
+// notGranted marks an error of ConfineDevice that is its refusal (a
+// device the grants do not explain), not a failure to tell: the check
+// answered, and the answer is no.
+type notGranted struct{ error }
+
+func (e notGranted) Unwrap() error { return e.error }
+
+// GRPCStatus keeps the code of the refusal.
+func (e notGranted) GRPCStatus() *status.Status { return status.Convert(e.error) }
+
+// Refused reports whether err is ConfineDevice's refusal of a device its
+// grants do not explain, rather than a failure to check it.
+func Refused(err error) bool {
+	var r notGranted
+	return errors.As(err, &r)
 }
 
 // claim asks the families in turn; the first that claims d answers.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
 
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
@@ -151,20 +152,27 @@ func (ps poolPlaces) holds(m *mountinfo.Info) bool {
 }
 
 // OwnedMount reports whether the topmost mount at path is one a module
-// with these roots can have made: a bind of a folder or file inside a
-// pool, or a mount of a device a family claims under roots. It is what
-// reconciliation calls a mount of its own; anything else (a tmpfs, the
-// host's disks) is never the daemon's to unmount.
-func (n *Node) OwnedMount(ctx context.Context, roots []string, path string) (bool, error) {
+// with these roots made for the volume whose local ID is localID: a bind
+// of the pool folder or file named for it, or a mount of a loop device,
+// which a family under roots claims, backed by such a pool file. A pool
+// entry is named for a volume when its name is the local ID, alone or
+// with one extension ("<id>", "<id>.img"). Anything else (a tmpfs, the
+// host's disks, another volume's pool entry, a device that tells no
+// volume) is not the daemon's to unmount for this volume. It also returns
+// path with its links resolved, the mount point to act on. A device the
+// grants refuse is not owned; a device check that fails otherwise is an
+// error (UNAVAILABLE), so that the caller is retried rather than leaking
+// the mount.
+func (n *Node) OwnedMount(ctx context.Context, roots []string, path, localID string) (string, bool, error) {
 	real, err := filepath.EvalSymlinks(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
+		return "", false, nil
 	} else if err != nil {
-		return false, err
+		return "", false, errf(codes.Unavailable, "resolve %s: %v", path, err)
 	}
 	mounts, err := mountinfo.GetMounts(nil)
 	if err != nil {
-		return false, err
+		return "", false, errf(codes.Unavailable, "read the mount table: %v", err)
 	}
 	var top *mountinfo.Info // mountinfo lists mounts in the order they were made
 	for _, m := range mounts {
@@ -174,14 +182,35 @@ func (n *Node) OwnedMount(ctx context.Context, roots []string, path string) (boo
 	}
 	switch {
 	case top == nil:
-		return false, nil
+		return real, false, nil
 	case findPools(roots, mounts).holds(top):
-		return true, nil
+		return real, namedFor(top.Root, localID), nil
 	case top.Root != "/" || !filepath.IsAbs(top.Source):
-		return false, nil
+		return real, false, nil
 	}
-	_, _, err = n.ConfineDevice(ctx, "mount", roots, top.Source)
-	return err == nil, nil
+	dev, _, err := n.ConfineDevice(ctx, "mount", roots, top.Source)
+	if Refused(err) {
+		return real, false, nil
+	} else if err != nil {
+		return "", false, errf(codes.Unavailable, "check device %s mounted at %s: %v", top.Source, real, err)
+	}
+	devs, err := loop.List(ctx)
+	if err != nil {
+		return "", false, errf(codes.Unavailable, "check device %s mounted at %s: %v", top.Source, real, err)
+	}
+	for _, d := range devs {
+		if d.Path == dev || d.Path == top.Source {
+			return real, Within(roots, d.BackingFile) && namedFor(d.BackingFile, localID), nil
+		}
+	}
+	return real, false, nil
+}
+
+// namedFor reports whether the last element of p is localID, alone or
+// with one extension.
+func namedFor(p, localID string) bool {
+	base := filepath.Base(p)
+	return localID != "" && (base == localID || strings.TrimSuffix(base, filepath.Ext(base)) == localID)
 }
 
 // BindOf reports whether path is a mount point showing dir itself (the

@@ -221,6 +221,12 @@ func (n *Node) Unmount(ctx context.Context, path string) error {
 	return err
 }
 
+// UnmountTop unmounts the topmost mount at path only.
+func (n *Node) UnmountTop(ctx context.Context, path string) error {
+	_, err := mount.UnmountTop(ctx, path)
+	return err
+}
+
 // Unpublish unmounts a target and removes the directory or file the
 // publication created.
 func (n *Node) Unpublish(ctx context.Context, target string) error {
