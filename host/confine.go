@@ -33,13 +33,14 @@ func (s *Server) confineDevice(ctx context.Context, b *backend, dev string) (rea
 // volume's: granted, and for a loop device backed by the file it was
 // staged with (a reboot frees loop devices, and the same /dev/loopN node
 // may be unbound or back another file, even another volume's in the same
-// pool). A record without a device has none to lose.
+// pool). A device that something stacked on it now holds (a workload's
+// dm-crypt or LVM on its raw block volume, multipathd) is still the
+// volume's. A record without a device has none to lose.
 func (s *Server) stagedDevice(ctx context.Context, b *backend, rec *state.Stage) bool {
 	if rec.Device == "" {
 		return true
 	}
-	_, file, err := s.confineDevice(ctx, b, rec.Device)
-	return err == nil && file == rec.DeviceFile
+	return s.node.StagedDevice(ctx, fmt.Sprintf("backend %q", b.name), b.mod.Grant().Roots, rec.Device, rec.DeviceFile)
 }
 
 // stagePresent reports whether a recorded stage is still in place: its

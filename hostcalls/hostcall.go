@@ -164,6 +164,13 @@ type Device struct {
 	// the node. Either way a family tells its devices by the device
 	// number the node has, never by the name.
 	Real string
+	// Staged says the device is a recorded stage's, checked again (health,
+	// reconciliation, a repeated stage): the host compares the identity
+	// the family gives with the one the record keeps. A family then
+	// accepts a device that another device holds, a workload's
+	// dm-crypt, LVM or md on a raw block volume or multipathd on a disk,
+	// which it refuses when the device is first claimed at node_stage.
+	Staged bool
 }
 
 // DeviceOwner is implemented by a family whose host calls make block

@@ -63,3 +63,38 @@ func TestOwnsDeviceLive(t *testing.T) {
 		}
 	}
 }
+
+// TestStagedLoopDeviceHeld: a loop device that a workload stacked a
+// device-mapper device on (here a linear target, as dm-crypt or LVM on a
+// raw block volume) is refused when first claimed, but checked again as a
+// recorded stage's device it is still the loop family's, with the identity
+// it was staged with.
+func TestStagedLoopDeviceHeld(t *testing.T) {
+	m := newMapper(t)
+	ctx := context.Background()
+	dev, _ := looptest.Device(t, mib)
+	data, bound, err := loop.Status(ctx, dev)
+	if err != nil || !bound {
+		t.Fatalf("loop device %s: %v, %v", dev, bound, err)
+	}
+	roots := []string{filepath.Dir(data.BackingFile)}
+	d := hostcalls.Device{Path: dev, Real: dev}
+	staged, owned, err := loop.Devices.OwnsDevice(ctx, d, roots)
+	if err != nil || !owned || staged == "" {
+		t.Fatalf("first claim of the free device = %q, %v, %v", staged, owned, err)
+	}
+
+	name := testPrefix + "stacked"
+	if _, err := m.Create(ctx, name, []Target{{0, mib / SectorSize, "linear", dev + " 0"}}); err != nil {
+		t.Fatal(err)
+	}
+	removeOnCleanup(t, m, name)
+
+	if _, owned, err := loop.Devices.OwnsDevice(ctx, d, roots); err != nil || owned {
+		t.Errorf("first claim of the held device = %v, %v; want not owned", owned, err)
+	}
+	d.Staged = true
+	if id, owned, err := loop.Devices.OwnsDevice(ctx, d, roots); err != nil || !owned || id != staged {
+		t.Errorf("staged device, held = %q, %v, %v; want %q, true", id, owned, err, staged)
+	}
+}

@@ -25,7 +25,12 @@ import (
 // followed), which must be that of the kernel's disk of the same name;
 // the kernel's sysfs places it in its session. A /dev/disk/by-path name
 // counts only where sysfs cannot be read. A disk another device holds (a
-// thin pool built on it) is the holder's, never staged.
+// thin pool built on it) is the holder's, never staged. That rule holds
+// when the disk is first claimed; a recorded stage's disk (d.Staged) is
+// accepted though held, since multipathd claiming it, or what a workload
+// builds on its raw block volume (dm-crypt, LVM, md), holds it too, and
+// the WWID, which the host compares with the record, tells the volume's
+// disk from any other.
 var Devices hostcalls.DeviceOwner = owner{Sysfs{Root: "/sys"}}
 
 type owner struct{ sys Sysfs }
@@ -35,7 +40,7 @@ func (o owner) OwnsDevice(_ context.Context, d hostcalls.Device, roots []string)
 		return "", false, nil
 	}
 	block := filepath.Base(d.Real)
-	if !o.sys.isNode(d.Real, block) || o.sys.held(block) {
+	if !o.sys.isNode(d.Real, block) || (!d.Staged && o.sys.held(block)) {
 		return "", false, nil
 	}
 	portal, ok, err := o.sys.DiskPortal(block)

@@ -79,7 +79,9 @@ func node(t *testing.T, path string, major, minor uint32) {
 // TestOwnsDeviceByNumber: an iSCSI disk is claimed by the device number of
 // the node named and the session sysfs places it in; a node that only
 // bears the disk's name, a by-path name that leads to a local disk, and a
-// disk a device-mapper device holds are not.
+// disk a device-mapper device holds are not, unless the disk is a recorded
+// stage's checked again: then a holder (multipathd, a workload's LVM) does
+// not make it another's.
 func TestOwnsDeviceByNumber(t *testing.T) {
 	sys, nodes := fakeDisks(t)
 	o := owner{sys}
@@ -101,6 +103,9 @@ func TestOwnsDeviceByNumber(t *testing.T) {
 		{"a by-path name leading to a local disk", hostcalls.Device{Path: byPath, Real: filepath.Join(nodes, "sda")}, granted, false, ""},
 		{"a disk a pool is built on", hostcalls.Device{Path: filepath.Join(nodes, "sdr"), Real: filepath.Join(nodes, "sdr")}, granted, false, ""},
 		{"asked by name", hostcalls.Device{Path: byPath}, granted, false, ""},
+		{"a staged disk, held (multipathd, a workload's LVM)", hostcalls.Device{Path: filepath.Join(nodes, "sdr"), Real: filepath.Join(nodes, "sdr"), Staged: true}, granted, true, "wwid:naa.6001405sdr"},
+		{"a staged disk, held, of a portal not granted", hostcalls.Device{Path: filepath.Join(nodes, "sdr"), Real: filepath.Join(nodes, "sdr"), Staged: true}, []string{"192.0.2.2:3260"}, false, ""},
+		{"a staged disk, its node of another device", hostcalls.Device{Path: planted, Real: planted, Staged: true}, granted, false, ""},
 	} {
 		id, owned, err := o.OwnsDevice(context.Background(), c.d, c.roots)
 		if err != nil || owned != c.want || id != c.id {

@@ -22,7 +22,11 @@ import (
 // /dev/loopN of loop device N. A loop device that another device holds (a
 // thin pool's data or metadata device built on files in the pool) is the
 // holder's, never staged: handing it out would hand out every volume of
-// the pool.
+// the pool. That rule holds when the device is first claimed; a recorded
+// stage's device (d.Staged) is accepted though held, since what a workload
+// builds on its raw block volume (dm-crypt, LVM, md) holds it too, and the
+// backing file's identity, which the host compares with the record, tells
+// the volume's device from any other.
 var Devices hostcalls.DeviceOwner = owner{}
 
 type owner struct{}
@@ -32,7 +36,7 @@ func (owner) OwnsDevice(ctx context.Context, d hostcalls.Device, roots []string)
 		return "", false, nil
 	}
 	sys, ok := loopNode(d.Real)
-	if !ok || held(sys) {
+	if !ok || (!d.Staged && held(sys)) {
 		return "", false, nil
 	}
 	// Right after node_stage attached it, ctx's memo holds the device's
@@ -66,6 +70,9 @@ func loopNode(path string) (string, bool) {
 // held reports whether another device holds the block device whose sysfs
 // folder is sys (or whether that cannot be read).
 func held(sys string) bool {
-	holders, err := os.ReadDir(sys + "/holders")
+	holders, err := readHolders(sys + "/holders")
 	return err != nil || len(holders) > 0
 }
+
+// readHolders reads a holders folder; tests replace it.
+var readHolders = os.ReadDir

@@ -165,21 +165,94 @@ func openRoot(roots []string, path string) (*os.File, string, error) {
 }
 
 // openat2 opens rel beneath dir, through no symlink and out of no
-// mount's reach: a link in the way is PermissionDenied.
+// mount's reach: a link in the way is PermissionDenied. Where openat2 is
+// missing (a kernel before 5.6) or filtered (seccomp: ENOSYS or EPERM),
+// rel is walked one component at a time instead (openWalk), with the
+// same guarantee.
 func openat2(dir *os.File, rel string, flags int) (int, error) {
 	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
-	var fd int
-	var err error
+	fd, err := -1, error(unix.ENOSYS)
 	for range 8 {
+		if openat2Filtered {
+			break
+		}
 		fd, err = unix.Openat2(int(dir.Fd()), rel, &how)
 		if !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR) {
 			break
 		}
 	}
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+		return openWalk(dir, rel, flags)
+	}
 	if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ELOOP) {
-		return -1, abi.Errorf(abi.PermissionDenied, "%q goes through a symlink", rel)
+		return -1, linkInTheWay(rel)
 	}
 	return fd, err
+}
+
+// openat2Filtered makes openat2 answer ENOSYS, as a kernel before 5.6 or
+// a seccomp filter does; tests set it to run the walk.
+var openat2Filtered bool
+
+// openWalk opens rel beneath dir without openat2: each component in turn
+// with openat(O_PATH|O_NOFOLLOW|O_DIRECTORY) from the descriptor of the
+// one before, the last with flags|O_NOFOLLOW. ".." is refused and every
+// descriptor is checked not to be a symlink (O_PATH|O_NOFOLLOW opens the
+// link itself), so the walk neither leaves dir nor follows a link, also
+// one swapped in while it walks: PermissionDenied, as with openat2.
+func openWalk(dir *os.File, rel string, flags int) (int, error) {
+	if filepath.IsAbs(rel) {
+		return -1, linkInTheWay(rel)
+	}
+	var parts []string
+	for _, p := range strings.Split(rel, "/") {
+		switch p {
+		case "", ".":
+		case "..":
+			return -1, abi.Errorf(abi.PermissionDenied, "%q leaves its root", rel)
+		default:
+			parts = append(parts, p)
+		}
+	}
+	if len(parts) == 0 {
+		return unix.Openat(int(dir.Fd()), ".", flags|unix.O_CLOEXEC, 0)
+	}
+	cur := int(dir.Fd())
+	for i, p := range parts {
+		last := i == len(parts)-1
+		f := unix.O_PATH | unix.O_NOFOLLOW | unix.O_DIRECTORY | unix.O_CLOEXEC
+		if last {
+			f = flags | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		}
+		fd, err := unix.Openat(cur, p, f, 0)
+		if err != nil {
+			var st unix.Stat_t
+			if errors.Is(err, unix.ELOOP) || (errors.Is(err, unix.ENOTDIR) && unix.Fstatat(cur, p, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK) {
+				err = linkInTheWay(rel)
+			}
+			if cur != int(dir.Fd()) {
+				unix.Close(cur)
+			}
+			return -1, err
+		}
+		if cur != int(dir.Fd()) {
+			unix.Close(cur)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			unix.Close(fd)
+			if err == nil {
+				err = linkInTheWay(rel)
+			}
+			return -1, err
+		}
+		cur = fd
+	}
+	return cur, nil
+}
+
+func linkInTheWay(rel string) error {
+	return abi.Errorf(abi.PermissionDenied, "%q goes through a symlink", rel)
 }
 
 // openTargetBeneath is openTarget for a target inside roots: every folder

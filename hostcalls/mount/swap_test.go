@@ -15,6 +15,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount/mounttest"
 )
 
@@ -24,9 +25,18 @@ import (
 // moment of the swap, mount_bind either binds the folder or refuses:
 // never "/" on the target. The check reads paths; the mount must go by a
 // descriptor opened beneath the root. The same holds for a folder on the
-// target's way.
+// target's way. It holds as well where openat2 is missing or filtered and
+// paths are walked one component at a time.
 func TestBindingsSwappedLink(t *testing.T) {
 	mounttest.RequireRoot(t)
+	t.Run("openat2", swappedLink)
+	t.Run("walk", func(t *testing.T) {
+		mount.WithoutOpenat2(t)
+		swappedLink(t)
+	})
+}
+
+func swappedLink(t *testing.T) {
 	pool := t.TempDir()
 	env := &hostcalls.Env{Module: "test", Roots: []string{pool}}
 	vol := filepath.Join(pool, "vol")

@@ -41,10 +41,24 @@ func (n *Node) ConfineDirectory(who string, roots []string, dir string) (string,
 // real path otherwise) and the identity the claiming family gives it,
 // which the stage record keeps.
 func (n *Node) ConfineDevice(ctx context.Context, who string, roots []string, dev string) (path, identity string, err error) {
+	return n.confineDevice(ctx, who, roots, hostcalls.Device{Path: dev})
+}
+
+// StagedDevice reports whether dev, the device a stage record names, is
+// still a device a family claims under roots with the identity the record
+// keeps. Unlike at node_stage, a device that another device holds (a
+// workload's dm-crypt, LVM or md on its raw block volume, multipathd on
+// a disk) still counts: the identity tells the volume's device.
+func (n *Node) StagedDevice(ctx context.Context, who string, roots []string, dev, identity string) bool {
+	_, id, err := n.confineDevice(ctx, who, roots, hostcalls.Device{Path: dev, Staged: true})
+	return err == nil && id == identity
+}
+
+func (n *Node) confineDevice(ctx context.Context, who string, roots []string, d hostcalls.Device) (path, identity string, err error) {
+	dev := d.Path
 	if !filepath.IsAbs(dev) {
 		return "", "", notGranted{errf(codes.Internal, "%s named a relative device %q", who, dev)}
 	}
-	d := hostcalls.Device{Path: dev}
 	if id, ok, err := n.claim(ctx, d, roots); err != nil || ok {
 		return dev, id, err
 	}

@@ -113,6 +113,41 @@ func TestConfineDeviceAsksFamilies(t *testing.T) {
 	}
 }
 
+// TestStagedDeviceAsksAsStaged: a recorded stage's device is checked with
+// the families told it is a staged one (so a holder stacked on it since
+// does not make it another's), and is still the volume's only with the
+// identity the record keeps.
+func TestStagedDeviceAsksAsStaged(t *testing.T) {
+	ctx := context.Background()
+	dev := blockNode(t)
+	granted := []string{"granted"}
+	fam := &fakeFamily{byNode: dev}
+	n := New(nil, []hostcalls.DeviceOwner{fam})
+	if !n.StagedDevice(ctx, "backend \"x\"", granted, dev, "fake:node") {
+		t.Errorf("staged device with its recorded identity: not the volume's")
+	}
+	for _, d := range fam.asked {
+		if !d.Staged {
+			t.Errorf("family asked %+v, not as a staged device", d)
+		}
+	}
+	if n.StagedDevice(ctx, "backend \"x\"", granted, dev, "fake:other") {
+		t.Errorf("staged device with another identity: still the volume's")
+	}
+	if n.StagedDevice(ctx, "backend \"x\"", []string{"other"}, dev, "fake:node") {
+		t.Errorf("staged device the grants no longer explain: still the volume's")
+	}
+	fam.asked = nil
+	if _, _, err := n.ConfineDevice(ctx, "backend \"x\"", granted, dev); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range fam.asked {
+		if d.Staged {
+			t.Errorf("node_stage's claim asked %+v as a staged device", d)
+		}
+	}
+}
+
 // TestConfineDeviceLoop: with the daemon's families, a real loop device is
 // staged when its backing file lies inside the roots, with the file's
 // identity, and refused otherwise.
