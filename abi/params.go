@@ -61,8 +61,10 @@ func (s ParameterSpec) Check(value string) error {
 	switch s.Type {
 	case "", ParamString:
 	case ParamBool:
-		if value != "true" && value != "false" {
-			return bad("is not true or false")
+		// What strconv.ParseBool takes, as the modules read these values
+		// before the host checked them ("True", "1", "f" and so on).
+		if _, err := strconv.ParseBool(value); err != nil {
+			return bad("is not a boolean (true or false)")
 		}
 	case ParamInt:
 		if _, err := strconv.ParseInt(value, 10, 64); err != nil {

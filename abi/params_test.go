@@ -23,7 +23,11 @@ func TestCheckParameters(t *testing.T) {
 		{map[string]string{"csi.storage.k8s.io/pvc/name": "x"}, ""},
 		{map[string]string{"maxVolume": "3"}, `unknown parameter "maxVolume" (known: maxVolumes, prealloc, size, tier)`},
 		{map[string]string{"maxVolumes": "many"}, `parameter "maxVolumes": "many" is not a decimal integer`},
-		{map[string]string{"prealloc": "yes"}, `"yes" is not true or false`},
+		{map[string]string{"prealloc": "yes"}, `"yes" is not a boolean`},
+		// The spellings the modules accepted before the host checked them.
+		{map[string]string{"prealloc": "True"}, ""},
+		{map[string]string{"prealloc": "1"}, ""},
+		{map[string]string{"prealloc": "F"}, ""},
 		{map[string]string{"size": "4GB"}, "is not a byte count"},
 		{map[string]string{"tier": "medium"}, "is not one of fast, slow"},
 	} {
