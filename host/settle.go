@@ -260,6 +260,14 @@ func syncFolder(path string) error {
 	if err := unix.Fsync(fd); err != nil {
 		return &fsyncError{err}
 	}
+	// A filesystem that turned read-only under us (ext4 after its journal
+	// aborted on a write error) answers fsync with success without
+	// writing anything, and another caller's fsync may already have been
+	// told of the error: the entries queued here may be gone.
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err == nil && fs.Flags&unix.ST_RDONLY != 0 {
+		return &fsyncError{unix.EROFS}
+	}
 	return nil
 }
 

@@ -58,3 +58,27 @@ func TestSettlerFailedFsyncHoldsForStartUp(t *testing.T) {
 		t.Error("fsyncError does not unwrap")
 	}
 }
+
+// A pool filesystem that turned read-only (ext4 after a write error
+// aborted its journal) answers a folder's fsync with success although
+// nothing queued on it was written, and the error may have gone to
+// another caller's fsync: the disk-fault tier lost an acknowledged
+// volume's pool file this way. syncFolder reports such a folder as
+// failed, so its operations wait for start-up.
+func TestSyncFolderReadOnlyFilesystemFails(t *testing.T) {
+	if unix.Geteuid() != 0 {
+		t.Skip("needs root to mount a read-only tmpfs")
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_RDONLY, "size=1m"); err != nil {
+		t.Skipf("mount a read-only tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	var fe *fsyncError
+	if err := syncFolder(dir); !errors.As(err, &fe) {
+		t.Fatalf("syncFolder of a read-only filesystem: %v, want an fsync error", err)
+	}
+	if err := syncFolder(t.TempDir()); err != nil {
+		t.Fatalf("syncFolder of a writable folder: %v", err)
+	}
+}
