@@ -17,12 +17,17 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
 	"github.com/wasmcsi/wasmcsi/host/internal/daemontest"
+	"github.com/wasmcsi/wasmcsi/hostcalls/dm"
 	"github.com/wasmcsi/wasmcsi/internal/moduletest"
 )
 
 const (
 	thinDataBytes = 8 << 20 // the pool's data device: a few volumes' worth
-	thinMetaBytes = 4 << 20
+	thinMetaBytes = 2 << 20 // 512 metadata blocks: a few hundred thin devices fill it
+	thinMetaGrow  = 8 << 20
+	// foreignThin is the first of the thin ids the test creates in the
+	// pool behind the daemon's back to fill its metadata.
+	foreignThin   = 0xfff000
 	thinVolBytes  = 16 << 20
 	thinGrowBytes = 64 << 20 // the data device once the operator grows it
 	// noSpaceTimeout is how long a full pool queues writes before failing
@@ -107,11 +112,51 @@ func TestThinPoolFaults(t *testing.T) {
 
 	// The operator grows the pool's data device: the backing file, the
 	// loop device's capacity, and the pool's table.
-	growPool(t, fx, thinGrowBytes)
+	growDevice(t, fx.Pool, fx.Data, fx.DataDev, thinGrowBytes, true)
 	t.Logf("pool grown: %s", strings.TrimSpace(run(t, "dmsetup", "status", fx.Pool)))
 	r.retried("after growing the pool", calls)
 	r.verifyAll("after growing the pool")
 	r.thinHealth("after growing the pool", base)
+
+	// Out of metadata space: empty thin devices made behind the daemon's
+	// back fill the metadata until the kernel turns the pool read-only
+	// (free metadata under its low-water mark refuses pool messages).
+	m, err := dm.New(fx.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, ferr := 0, error(nil)
+	for ; foreign < 4096; foreign++ {
+		if _, ferr = m.Message(context.Background(), fx.Pool, 0, "create_thin "+strconv.Itoa(foreignThin+foreign)); ferr != nil {
+			break
+		}
+	}
+	t.Logf("%d thin devices fill the metadata (then %v): %s", foreign, ferr, strings.TrimSpace(run(t, "dmsetup", "status", fx.Pool)))
+	label = "thin pool out of metadata space"
+	calls = r.faulted(label, []codes.Code{codes.ResourceExhausted}, []string{"read-only", "metadata"}, []callResult{
+		{what: "CreateVolume", retry: func(c context.Context) error {
+			return r.createVol(c, &vol{name: "meta-new", backend: "dmthin", block: true}, thinVolBytes, nil, "")
+		}},
+		{what: "CreateVolume (clone)", retry: func(c context.Context) error {
+			return r.createVol(c, &vol{name: "meta-clone", backend: "dmthin", block: true}, thinVolBytes, volSource(base.id), base.token)
+		}},
+		{what: "CreateSnapshot", retry: func(c context.Context) error { return r.snapshot(c, "meta-snap", base.name) }},
+	})
+	r.health(label, base)
+	r.thinHealth(label, base, "PoolReadOnly")
+	r.serving(label, "localdir", "meta-other")
+	// The operator grows the metadata device; the kernel takes it on
+	// resume and leaves read-only mode.
+	growDevice(t, fx.Pool, fx.Meta, fx.MetaDev, thinMetaGrow, false)
+	t.Logf("metadata grown: %s", strings.TrimSpace(run(t, "dmsetup", "status", fx.Pool)))
+	for i := 0; i < foreign; i++ {
+		if _, err := m.Message(context.Background(), fx.Pool, 0, "delete "+strconv.Itoa(foreignThin+i)); err != nil {
+			t.Errorf("delete foreign thin %d: %v", foreignThin+i, err)
+		}
+	}
+	r.retried("after growing the metadata", calls)
+	r.verifyAll("after growing the metadata")
+	r.thinHealth("after growing the metadata", base)
 
 	// Everything deleted through CSI: the pool holds no data.
 	c = ctx(t)
@@ -199,31 +244,34 @@ func exhaust(dev string, size int64) error {
 	return f.Sync()
 }
 
-// growPool grows the pool's data device to size bytes as an operator
-// does: the backing file, the loop device's capacity (LOOP_SET_CAPACITY),
-// then the pool's table with the new length, which the kernel takes on
-// resume and leaves out-of-data-space mode.
-func growPool(t *testing.T, fx *dmthintest.Fixture, size int64) {
+// growDevice grows a device of pool (its data device when data, else
+// its metadata device) to size bytes as an operator does: the backing
+// file, the loop device's capacity (LOOP_SET_CAPACITY), then the pool's
+// table again (with the new length for data), which the kernel takes on
+// resume, leaving out-of-space mode.
+func growDevice(t *testing.T, pool, file, dev string, size int64, data bool) {
 	t.Helper()
-	if err := os.Truncate(fx.Data, size); err != nil {
+	if err := os.Truncate(file, size); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(fx.DataDev)
+	f, err := os.Open(dev)
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = unix.IoctlSetInt(int(f.Fd()), unix.LOOP_SET_CAPACITY, 0)
 	f.Close()
 	if err != nil {
-		t.Fatalf("LOOP_SET_CAPACITY %s: %v", fx.DataDev, err)
+		t.Fatalf("LOOP_SET_CAPACITY %s: %v", dev, err)
 	}
-	fields := strings.Fields(run(t, "dmsetup", "table", fx.Pool))
+	fields := strings.Fields(run(t, "dmsetup", "table", pool))
 	if len(fields) < 4 || fields[2] != "thin-pool" {
 		t.Fatalf("pool table %q", fields)
 	}
-	fields[1] = strconv.FormatInt(size/512, 10)
-	run(t, "dmsetup", "reload", fx.Pool, "--table", strings.Join(fields, " "))
-	run(t, "dmsetup", "resume", fx.Pool)
+	if data {
+		fields[1] = strconv.FormatInt(size/512, 10)
+	}
+	run(t, "dmsetup", "reload", pool, "--table", strings.Join(fields, " "))
+	run(t, "dmsetup", "resume", pool)
 }
 
 // poolDataUsed is the pool's count of used data blocks.
