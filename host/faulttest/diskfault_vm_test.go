@@ -129,7 +129,13 @@ func (r *faultRun) anomaly(class, format string, args ...any) {
 }
 
 func (r *faultRun) create(c context.Context, name, backend string, size int64, src *csi.VolumeContentSource, token string) error {
-	v := &vol{name: name, backend: backend}
+	return r.createVol(c, &vol{name: name, backend: backend}, size, src, token)
+}
+
+// createVol creates v (a block volume when v.block) and records it once
+// acknowledged.
+func (r *faultRun) createVol(c context.Context, v *vol, size int64, src *csi.VolumeContentSource, token string) error {
+	name, backend := v.name, v.backend
 	resp, err := r.d.Controller().CreateVolume(c, &csi.CreateVolumeRequest{Name: name,
 		CapacityRange:       &csi.CapacityRange{RequiredBytes: size},
 		VolumeCapabilities:  []*csi.VolumeCapability{v.capability()},
@@ -168,7 +174,7 @@ func (r *faultRun) writeVolume(c context.Context, volName, token string) error {
 	if err := stagePublish(c, r.d, r.node, v); err != nil {
 		return err
 	}
-	if err := writeData(target(r.node, v), false, token); err != nil {
+	if err := writeData(target(r.node, v), v.block, token); err != nil {
 		return err
 	}
 	v.token = token
@@ -180,7 +186,7 @@ func (r *faultRun) checkVolume(c context.Context, v *vol) error {
 	if err := stagePublish(c, r.d, r.node, v); err != nil {
 		return err
 	}
-	token, rerr := readToken(target(r.node, v), false)
+	token, rerr := readToken(target(r.node, v), v.block)
 	if err := unpublishUnstage(c, r.d, r.node, v); err != nil {
 		return err
 	}

@@ -15,7 +15,10 @@
 // filesystems too small for what is asked, injects I/O errors and lack of
 // space during each call that writes, and checks the answers' codes, that
 // nothing unacknowledged is kept, that other backends keep serving and
-// that the CO's retries succeed once the fault clears.
+// that the CO's retries succeed once the fault clears. A dm-thin pool of a
+// few MiB is filled to the last data block and then to the last metadata
+// block (TestThinPoolFaults); each time the operator grows the device
+// that ran out and the retries must succeed.
 //
 // Everything lives in the test files; this file only holds the package
 // comment. The tests skip with the reason outside the VM tier and release
