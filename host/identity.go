@@ -54,5 +54,9 @@ func (s *Server) GetPluginCapabilities(ctx context.Context, _ *csi.GetPluginCapa
 
 // Probe is ready once at least one backend is loaded.
 func (s *Server) Probe(ctx context.Context, _ *csi.ProbeRequest) (*csi.ProbeResponse, error) {
-	return &csi.ProbeResponse{Ready: wrapperspb.Bool(s.ready.Load())}, nil
+	// A pool folder whose sync failed holds its operations until the next
+	// start (settle.go): not ready, so a liveness check restarts the daemon
+	// and start-up finishes them, instead of their calls answering ABORTED
+	// for as long as the process lives.
+	return &csi.ProbeResponse{Ready: wrapperspb.Bool(s.ready.Load() && !s.settle.Broken())}, nil
 }

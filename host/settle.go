@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -42,6 +43,8 @@ type settler struct {
 	// stops after a failed sync of its own log. Its operations stay
 	// pending, so calls that would race them answer ABORTED meanwhile.
 	broken map[string]bool
+	// nbroken counts the folders in broken, for Broken.
+	nbroken atomic.Int32
 	stuck  []settling
 }
 
@@ -192,7 +195,7 @@ func (st *settler) batch() {
 				switch err := st.sync(d); {
 				case errors.As(err, &fe):
 					st.log.Error("sync pool folder failed; its operations complete at the next start", "folder", d, "err", err)
-					st.broken[d] = true
+					st.markBroken(d)
 					ok, broken = false, true
 				case err != nil:
 					st.log.Error("sync pool folder; its operations complete later", "folder", d, "err", err)
@@ -207,7 +210,7 @@ func (st *settler) batch() {
 			for _, d := range op.dirs {
 				held[d] = true
 				if broken {
-					st.broken[d] = true // keep the order of its operations
+					st.markBroken(d) // keep the order of its operations
 				}
 			}
 			if broken {
@@ -247,6 +250,19 @@ func (st *settler) batch() {
 		}
 	}
 }
+
+// markBroken records that folder d's operations wait for start-up.
+func (st *settler) markBroken(d string) {
+	if !st.broken[d] {
+		st.broken[d] = true
+		st.nbroken.Add(1)
+	}
+}
+
+// Broken says whether some pool folder failed to sync in this process: its
+// operations complete only at the next start, so the daemon reports itself
+// not ready (Probe) for a liveness check to restart it.
+func (st *settler) Broken() bool { return st.nbroken.Load() > 0 }
 
 // syncFolder makes the entries of the folder path durable. A failed fsync
 // is an *fsyncError: unlike a folder that cannot be opened (moved away

@@ -32,6 +32,9 @@ func TestSettlerFailedFsyncHoldsForStartUp(t *testing.T) {
 		return nil
 	}
 	var eio, later, away, other atomic.Bool
+	if st.Broken() {
+		t.Fatal("a new settler is broken")
+	}
 	st.add("eio", []string{"/pool/eio"}, func() error { eio.Store(true); return nil })
 	st.add("away", []string{"/pool/away"}, func() error { away.Store(true); return nil })
 	st.add("other", []string{"/pool/other"}, func() error { other.Store(true); return nil })
@@ -50,6 +53,9 @@ func TestSettlerFailedFsyncHoldsForStartUp(t *testing.T) {
 	}
 	if !st.settling("eio") || !st.settling("later") {
 		t.Error("operations on the broken folder no longer pending: racing calls would not answer ABORTED")
+	}
+	if !st.Broken() {
+		t.Error("Broken is false after a failed fsync: Probe would still say ready and nothing restarts the daemon")
 	}
 	if !away.Load() || !other.Load() {
 		t.Errorf("a folder that could not be opened once, or another folder, held back (away %v, other %v)", away.Load(), other.Load())
