@@ -45,7 +45,7 @@ type settler struct {
 	broken map[string]bool
 	// nbroken counts the folders in broken, for Broken.
 	nbroken atomic.Int32
-	stuck  []settling
+	stuck   []settling
 }
 
 // settling is one operation waiting for its batch.
