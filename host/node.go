@@ -521,7 +521,22 @@ func (s *Server) unmountUnrecordedStage(ctx context.Context, b *backend, id, sta
 			break
 		}
 	}
-	return s.node.Unmount(ctx, real)
+	// Only the volume's own mounts go, topmost first (a stage repeated
+	// over itself stacks them): a mount of something else under them
+	// is not the volume's to take.
+	roots := b.mod.Grant().Roots
+	for i := 0; i < maxStackedStages && owned; i++ {
+		if err := s.node.UnmountTop(ctx, real); err != nil {
+			return err
+		}
+		if _, owned, err = s.node.OwnedMount(ctx, roots, real, local); err != nil {
+			return err
+		}
+	}
+	if owned {
+		return errf(codes.Internal, "staging path %q of volume %q: still mounted after %d unmounts", staging, id, maxStackedStages)
+	}
+	return nil
 }
 
 // unstageUnrecorded lets the backend release what a NodeStage cut off by a

@@ -314,3 +314,47 @@ func TestNodePathRootsTeardown(t *testing.T) {
 		t.Errorf("NodeStage through a link out of the roots mounted %d", n)
 	}
 }
+
+// TestNodeUnstageLostRecordLeavesWhatIsUnder: NodeUnstage of a stage
+// whose record a crash lost unmounts the volume's own mount at the
+// staging path, not a mount of something else stacked under it.
+func TestNodeUnstageLostRecordLeavesWhatIsUnder(t *testing.T) {
+	d, _ := specDaemon(t)
+	w := workDir(t)
+	v := newLocalVolume(t, d, "lostover")
+	if err := v.stage(callCtx(t), d); err != nil {
+		t.Fatal(err)
+	}
+	// Put a tmpfs between the stage and a second bind of the volume's
+	// pool folder: keep a copy of the stage aside, mount the tmpfs over
+	// the stage, bind the copy over the tmpfs (the work folders detach
+	// everything left at the end).
+	aside := filepath.Join(w, "aside")
+	if err := os.MkdirAll(aside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(v.staging, aside, "", unix.MS_BIND, ""); err != nil {
+		t.Skipf("cannot bind-mount (needs root): %v", err)
+	}
+	tmp := mountTmpfs(t, filepath.Dir(v.staging), filepath.Base(v.staging))
+	if err := unix.Mount(aside, v.staging, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Unmount(aside, 0); err != nil {
+		t.Fatal(err)
+	}
+	before := mountsAt(t, v.staging)
+	id := v.vol.GetVolumeId()
+	if err := d.srv.ForgetStage(id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.node().NodeUnstageVolume(callCtx(t), &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: v.staging}); err != nil {
+		t.Errorf("NodeUnstage of a stage whose record was lost: %v", err)
+	}
+	if n := mountsAt(t, v.staging); n != before-1 {
+		t.Errorf("NodeUnstage of a stage whose record was lost: %d mounts at the staging path, want %d (only the volume's top one gone)", n, before-1)
+	}
+	if b, err := os.ReadFile(filepath.Join(tmp, "data")); err != nil || string(b) != "someone's" {
+		t.Errorf("NodeUnstage of a stage whose record was lost took the tmpfs under it: file %q, %v", b, err)
+	}
+}

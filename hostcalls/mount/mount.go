@@ -462,11 +462,21 @@ func UnmountLazy(ctx context.Context, target string) (bool, error) {
 
 // UnmountTop unmounts the topmost mount at target only, never one stacked
 // under it. It reports whether anything was unmounted; a target that does
-// not exist or is not a mount point is fine.
+// not exist or is not a mount point is fine. Links in target are resolved
+// first, as Info and IsMountPoint resolve them: the mount unmounted is
+// the one they see at target.
 func UnmountTop(ctx context.Context, target string) (bool, error) {
 	if err := checkPath("target", target); err != nil {
 		return false, err
 	}
+	real, err := filepath.EvalSymlinks(target)
+	switch {
+	case errors.Is(err, os.ErrNotExist), errors.Is(err, unix.ENOTDIR):
+		return false, nil
+	case err != nil:
+		return false, fail("unmount", target, err)
+	}
+	target = real
 	for {
 		if err := ctx.Err(); err != nil {
 			return false, fail("unmount", target, err)

@@ -432,3 +432,45 @@ func TestMountXFS(t *testing.T) {
 		t.Fatalf("Unmount = %v, %v", did, err)
 	}
 }
+
+// TestUnmountTopThroughLink: UnmountTop of a path whose last component is
+// a link to a mount point unmounts the top mount there, the one Info sees
+// through the link, and only that one.
+func TestUnmountTopThroughLink(t *testing.T) {
+	mounttest.RequireRoot(t)
+	ctx := context.Background()
+	base := t.TempDir()
+	dir := filepath.Join(base, "dir")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cleanupUnmount(t, dir)
+	for _, src := range []string{"wasmcsi-under", "wasmcsi-over"} {
+		if err := unix.Mount(src, dir, "tmpfs", 0, "size=1m"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	did, err := UnmountTop(ctx, link)
+	if err != nil || !did {
+		t.Fatalf("UnmountTop through a link: %v, %v, want true, nil", did, err)
+	}
+	if n := mounts(t, dir); n != 1 {
+		t.Fatalf("after UnmountTop through a link: %d mounts at %s, want 1", n, dir)
+	}
+	if e, err := Info(link); err != nil || e.Source != "wasmcsi-under" {
+		t.Errorf("after UnmountTop through a link: top mount %+v, %v, want the one under", e, err)
+	}
+	if did, err := UnmountTop(ctx, link); err != nil || !did {
+		t.Errorf("second UnmountTop through a link: %v, %v, want true, nil", did, err)
+	}
+	if did, err := UnmountTop(ctx, link); err != nil || did {
+		t.Errorf("UnmountTop through a link to no mount point: %v, %v, want false, nil", did, err)
+	}
+	if did, err := UnmountTop(ctx, filepath.Join(base, "gone")); err != nil || did {
+		t.Errorf("UnmountTop of a missing path: %v, %v, want false, nil", did, err)
+	}
+}
