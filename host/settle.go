@@ -3,6 +3,7 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -45,7 +46,16 @@ type settler struct {
 	broken map[string]bool
 	// nbroken counts the folders in broken, for Broken.
 	nbroken atomic.Int32
-	stuck   []settling
+	// fsErrors counts the errors the kernel recorded on the filesystem
+	// of a folder (ext4Errors; tests fake it), and errBase is that count
+	// when the settler first met the folder. An ext4 whose journal a write
+	// error aborted may answer a later fsync with success while it is not
+	// (yet) read-only, and the error itself may have gone to another
+	// caller's fsync: a count above the base means the folder's queued
+	// entries may be gone. Guarded by mu.
+	fsErrors func(dir string) int
+	errBase  map[string]int
+	stuck    []settling
 }
 
 // settling is one operation waiting for its batch.
@@ -59,6 +69,7 @@ type settling struct {
 func newSettler(log *slog.Logger) *settler {
 	st := &settler{
 		log: log, pending: map[string]int{}, copies: map[string]int{}, sync: syncFolder, broken: map[string]bool{},
+		fsErrors: func(dir string) int { _, n := ext4Errors(dir); return n }, errBase: map[string]int{},
 		kick: make(chan struct{}, 1), urgent: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -76,6 +87,11 @@ func (st *settler) add(key string, dirs []string, complete func() error) {
 // replay after a crash needs the source (copying).
 func (st *settler) addCopy(key, source string, dirs []string, complete func() error) {
 	st.mu.Lock()
+	for _, d := range dirs {
+		if _, ok := st.errBase[d]; !ok {
+			st.errBase[d] = st.fsErrors(d) // once per folder
+		}
+	}
 	st.queue = append(st.queue, settling{key: key, source: source, dirs: dirs, complete: complete})
 	st.pending[key]++
 	if source != "" {
@@ -192,7 +208,7 @@ func (st *settler) batch() {
 			case synced[d]:
 			default:
 				var fe *fsyncError
-				switch err := st.sync(d); {
+				switch err := st.syncChecked(d); {
 				case errors.As(err, &fe):
 					st.log.Error("sync pool folder failed; its operations complete at the next start", "folder", d, "err", err)
 					st.markBroken(d)
@@ -249,6 +265,21 @@ func (st *settler) batch() {
 		default:
 		}
 	}
+}
+
+// syncChecked syncs folder d and then checks that its filesystem counted no
+// error since the settler met the folder (see fsErrors).
+func (st *settler) syncChecked(d string) error {
+	if err := st.sync(d); err != nil {
+		return err
+	}
+	st.mu.Lock()
+	base := st.errBase[d]
+	st.mu.Unlock()
+	if n := st.fsErrors(d); n > base {
+		return &fsyncError{fmt.Errorf("the filesystem recorded %d new errors since its operations were queued", n-base)}
+	}
+	return nil
 }
 
 // markBroken records that folder d's operations wait for start-up.

@@ -88,3 +88,35 @@ func TestSyncFolderReadOnlyFilesystemFails(t *testing.T) {
 		t.Fatalf("syncFolder of a writable folder: %v", err)
 	}
 }
+
+// An ext4 whose journal a write error aborted may answer a later fsync of
+// a folder with success, and the error may have gone to another caller's
+// fsync (the disk-fault tier lost an acknowledged volume's pool file this
+// way): a folder whose filesystem counted errors since its operations
+// were queued holds them for start-up, as a failed fsync does.
+func TestSettlerFilesystemErrorsHoldForStartUp(t *testing.T) {
+	st := newSettler(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer st.close()
+	var errs atomic.Int32
+	errs.Store(2) // errors counted before: an old incident, fsck'd since
+	st.fsErrors = func(dir string) int {
+		if dir == "/pool/sick" {
+			return int(errs.Load())
+		}
+		return 0
+	}
+	st.sync = func(string) error { return nil }
+	var sick, well atomic.Bool
+	st.add("sick", []string{"/pool/sick"}, func() error { sick.Store(true); return nil })
+	st.add("well", []string{"/pool/well"}, func() error { well.Store(true); return nil })
+	errs.Add(1) // the journal aborts after the operation was queued
+	if err := st.flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if sick.Load() || !st.settling("sick") || !st.Broken() {
+		t.Errorf("an operation on a filesystem that counted a new error completed (%v) or is no longer pending (%v), broken %v", sick.Load(), st.settling("sick"), st.Broken())
+	}
+	if !well.Load() {
+		t.Error("an operation on another folder was held back")
+	}
+}
