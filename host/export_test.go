@@ -44,3 +44,6 @@ func (s *Server) ForgetPublication(id, target string) error { return s.store.Del
 // ForgetStage deletes the stage record of volume id, as a crash between a
 // new stage's mount and its record's sync does.
 func (s *Server) ForgetStage(id string) error { return s.store.DeleteStage(id) }
+
+// ListenPrivate is listenPrivate, for the socket tests.
+var ListenPrivate = listenPrivate

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
 	"github.com/wasmcsi/wasmcsi/host/config"
@@ -285,34 +286,30 @@ func listenPrivate(path, group string) (net.Listener, error) {
 			return nil, fmt.Errorf("socket_group %q: %w", group, err)
 		}
 	}
-	dir, err := os.MkdirTemp(filepath.Dir(path), ".csi-sock-")
-	if err != nil {
-		return nil, fmt.Errorf("socket dir: %w", err)
+	// The socket's mode comes from the umask at bind time: bind under one
+	// that leaves it 0600 (0660 with a group) from the moment it appears.
+	// (Binding in a private folder and renaming would lengthen the path,
+	// which under Nomad's plugin folder already nears the 107 bytes a
+	// socket address holds.) The umask is the process's for the bind's
+	// few microseconds: a file created meanwhile is at most stricter.
+	mask := 0o177
+	if gid >= 0 {
+		mask = 0o117
 	}
-	defer os.RemoveAll(dir)
-	tmp := filepath.Join(dir, "s")
-	lis, err := net.Listen("unix", tmp)
+	old := unix.Umask(mask)
+	lis, err := net.Listen("unix", path)
+	unix.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
-	// The listener would remove the name it was bound to on close, which
-	// the rename makes another's: Serve removes path itself.
+	// Serve removes path itself when it stops.
 	lis.(*net.UnixListener).SetUnlinkOnClose(false)
-	mode := os.FileMode(0o600)
 	if gid >= 0 {
-		mode = 0o660
-		if err := os.Chown(tmp, -1, gid); err != nil {
+		if err := os.Chown(path, -1, gid); err != nil {
 			lis.Close()
+			os.Remove(path)
 			return nil, fmt.Errorf("socket group: %w", err)
 		}
-	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		lis.Close()
-		return nil, fmt.Errorf("socket mode: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		lis.Close()
-		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
 	return lis, nil
 }

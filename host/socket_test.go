@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/user"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,5 +82,35 @@ func TestSocketMode(t *testing.T) {
 				t.Errorf("socket still there after the daemon stopped: %v", err)
 			}
 		})
+	}
+}
+
+// TestSocketLongPath: a socket path near the 107 bytes a unix address
+// holds (Nomad's plugin folders come close) is still served, 0600 from the
+// start. Binding in a private folder and renaming the socket into place
+// made the bound path longer than the one asked for, and the daemon
+// exited under Nomad.
+func TestSocketLongPath(t *testing.T) {
+	dir := t.TempDir()
+	pad := 104 - len(dir) - len("/csi.sock") - 1
+	if pad < 1 {
+		t.Skipf("temporary folder %s is too long for this test", dir)
+	}
+	dir = dir + "/" + strings.Repeat("p", pad)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := dir + "/csi.sock"
+	lis, err := host.ListenPrivate(path, "")
+	if err != nil {
+		t.Fatalf("listen on a %d-byte path: %v", len(path), err)
+	}
+	defer lis.Close()
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&0o777 != 0o600 {
+		t.Errorf("socket mode %o, want 600", st.Mode&0o777)
 	}
 }
