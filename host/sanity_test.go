@@ -14,7 +14,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
 	"github.com/wasmcsi/wasmcsi/examples/iscsi/iscsitest"
-	"github.com/wasmcsi/wasmcsi/internal/moduletest"
+	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 )
 
 // sanityTarget is one daemon configuration csi-sanity runs against.

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/wasmcsi/wasmcsi/host"
-	"github.com/wasmcsi/wasmcsi/internal/moduletest"
+	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 )
 
 // Rules of the CSI spec that csi-sanity does not check, against a daemon

@@ -13,7 +13,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
-	"github.com/wasmcsi/wasmcsi/internal/moduletest"
+	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 )
 
 // TestCutOffStageLeavesNothing: a node_stage stopped after it attached the

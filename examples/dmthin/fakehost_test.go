@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/abi"
-	"github.com/wasmcsi/wasmcsi/internal/moduletest"
+	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/host/internal/daemontest"
-	"github.com/wasmcsi/wasmcsi/internal/moduletest"
+	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 )
 
 // EnvToolchain picks the modules' build: go (the default, as make build)

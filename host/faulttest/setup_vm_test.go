@@ -20,7 +20,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/host/internal/daemontest"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
-	"github.com/wasmcsi/wasmcsi/internal/moduletest"
+	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 )
 
 const (

@@ -6,7 +6,7 @@ import (
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
 	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
-	mt "github.com/wasmcsi/wasmcsi/internal/moduletest"
+	mt "github.com/wasmcsi/wasmcsi/modules/moduletest"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/wasmcsi/wasmcsi/abi"
-	mt "github.com/wasmcsi/wasmcsi/internal/moduletest"
+	mt "github.com/wasmcsi/wasmcsi/modules/moduletest"
 	"github.com/wasmcsi/wasmcsi/modules"
 )
 

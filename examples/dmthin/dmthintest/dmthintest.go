@@ -24,7 +24,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/hostcalls/dm"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
-	"github.com/wasmcsi/wasmcsi/internal/moduletest"
+	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 )
 
 const (

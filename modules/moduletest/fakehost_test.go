@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/wasmcsi/wasmcsi/abi"
-	"github.com/wasmcsi/wasmcsi/internal/moduletest"
+	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 )
 
 func TestFakeHostFuncs(t *testing.T) {
