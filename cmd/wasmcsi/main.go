@@ -178,6 +178,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	go reloadOnSignal(ctx, srv, log)
+	go srv.WatchRegistries(ctx, cfg.OCI.Interval)
 	if cfg.WatchModules {
 		go watchModules(ctx, cfg.ModuleDir, srv, log)
 	}
