@@ -21,7 +21,7 @@ import (
 )
 
 // TestPushAndServeFromRegistry follows "Publishing and pulling signed
-// modules" (docs/operating.md): keygen, push, a daemon configured with the
+// modules" (docs/authoring.md): keygen, push, a daemon configured with the
 // reference and the public key serves the module; restarted while the
 // registry is down, it serves the cached version.
 func TestPushAndServeFromRegistry(t *testing.T) {
