@@ -1,12 +1,17 @@
 package oci
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2/content"
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
@@ -300,4 +305,53 @@ func mustDigest(t *testing.T, s string) digest.Digest {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// TestReferrerSignature: a signature attached as an OCI 1.1 referrer (no
+// sha256-DIGEST.sig tag) is found and verified.
+func TestReferrerSignature(t *testing.T) {
+	r := startRegistry(t)
+	key, pub := newKey(t)
+	ref := r.ref("modules/m:1")
+	d := mustDigest(t, r.push(t, ref, "v1", nil))
+	rf := mustRef(t, ref)
+	repo, err := PushOptions{PlainHTTP: true}.repository(rf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	subject, err := repo.Resolve(ctx, d.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := NewPayload(rf.Repo(), d.String())
+	sig, err := Sign(key, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer := content.NewDescriptorFromBytes(MediaTypeSimpleSigning, payload)
+	layer.Annotations = map[string]string{AnnotationSignature: sig}
+	if err := pushBlob(ctx, repo, layer, payload); err != nil {
+		t.Fatal(err)
+	}
+	empty := []byte("{}")
+	cfg := content.NewDescriptorFromBytes(ocispec.MediaTypeEmptyJSON, empty)
+	if err := pushBlob(ctx, repo, cfg, empty); err != nil {
+		t.Fatal(err)
+	}
+	man, _ := json.Marshal(ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest,
+		ArtifactType: ArtifactTypeSignature, Config: cfg, Layers: []ocispec.Descriptor{layer}, Subject: &subject,
+	})
+	md := content.NewDescriptorFromBytes(ocispec.MediaTypeImageManifest, man)
+	if err := repo.Push(ctx, md, bytes.NewReader(man)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.Resolve(ctx, SignatureTag(d)); err == nil {
+		t.Fatal("the signature has a cosign tag: this test would not reach the referrers")
+	}
+	p := newPuller(t, r, t.TempDir(), Source{Name: "m", Ref: ref, Key: pub})
+	if !p.Sync(ctx, false) {
+		t.Fatalf("referrer signature not accepted; log:\n%s", p.log)
+	}
 }
