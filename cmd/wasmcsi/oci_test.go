@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -140,6 +141,29 @@ modules:
 	if d := strings.Join(srv.Describe(), "\n"); !strings.Contains(d, hex.EncodeToString(sum[:])) {
 		t.Fatalf("moved tag not served after reload: %s\nlog:\n%s", d, logs)
 	}
+
+	// Without a signal, the tag is resolved again every interval.
+	ctx, cancel := context.WithCancel(context.Background())
+	watching := make(chan struct{})
+	go func() { srv.WatchRegistries(ctx, 100*time.Millisecond); close(watching) }()
+	third := append(must(os.ReadFile("localdir.wasm")), 0, 2, 1, 'x') // an extra custom section "x"
+	if err := os.WriteFile("localdir.wasm", third, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum = sha256.Sum256(third)
+	if err := run([]string{"modules", "push", "localdir.wasm", ref, "--key", "signer.key", "--plain-http"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(strings.Join(srv.Describe(), "\n"), hex.EncodeToString(sum[:])); {
+		if time.Now().After(deadline) {
+			cancel()
+			<-watching
+			t.Fatalf("moved tag not served 20s later: %s\nlog:\n%s", srv.Describe(), logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	<-watching
 	srv.Close(context.Background())
 
 	reg.Stop()

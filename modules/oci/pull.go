@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -152,7 +153,7 @@ func New(opt Options) (*Puller, error) {
 	}
 	tr := opt.Transport
 	if tr == nil {
-		tr = http.DefaultTransport
+		tr = defaultTransport()
 	}
 	c := &auth.Client{Client: &http.Client{Transport: tr}, Cache: auth.NewCache()}
 	c.SetUserAgent("wasmcsi")
@@ -198,6 +199,16 @@ func New(opt Options) (*Puller, error) {
 	}
 	p.publish()
 	return p, nil
+}
+
+// defaultTransport gives up early on a registry that does not answer, so
+// that a daemon starting while its registry is unreachable serves the
+// cached versions within seconds rather than at the end of Timeout.
+func defaultTransport() http.RoundTripper {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	t.ResponseHeaderTimeout = 30 * time.Second
+	return t
 }
 
 // Files maps each module that has a verified version to its cached file.
