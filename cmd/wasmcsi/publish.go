@@ -31,8 +31,9 @@ func modulesPush(ctx context.Context, args []string, out, errOut io.Writer) erro
 publishes a built module as an OCI artifact in the CNCF wasm layout (config
 application/vnd.wasm.config.v0+json, one application/wasm layer), its
 description (as wasmcsi modules inspect prints it) in the manifest's
-annotations, and signs the manifest in the cosign format: cosign verify
---key wasmcsi.pub accepts it, and so does a daemon configured with that key.
+annotations, and signs the manifest in the cosign simple signing format:
+a daemon configured with the public key accepts it, and so does cosign
+verify --key wasmcsi.pub --insecure-ignore-tlog=true (no transparency log).
 
 `)
 		flags.PrintDefaults()
