@@ -270,8 +270,11 @@ func (p *Puller) Sync(ctx context.Context, force bool) bool {
 		}
 	}
 	if changed {
+		prev := p.Files()
 		p.publish()
-		p.collect()
+		// A reload running now may still read the versions published
+		// before: they go at the next change.
+		p.collect(prev)
 	}
 	return changed
 }
@@ -526,10 +529,13 @@ func writeFile(path string, data []byte) error {
 	return err
 }
 
-// collect removes cached modules no source serves.
-func (p *Puller) collect() {
+// collect removes the cached modules neither published now nor in prev.
+func (p *Puller) collect(prev map[string]string) {
 	keep := map[string]bool{}
 	for _, path := range p.Files() {
+		keep[filepath.Base(path)] = true
+	}
+	for _, path := range prev {
 		keep[filepath.Base(path)] = true
 	}
 	dir := filepath.Join(p.opt.Dir, "sha256")

@@ -107,12 +107,13 @@ func TestTagMovedReloads(t *testing.T) {
 	key, pub := newKey(t)
 	ref := r.ref("modules/m:stable")
 	r.push(t, ref, "v1", key)
-	p := newPuller(t, r, t.TempDir(), Source{Name: "m", Ref: ref, Key: pub})
+	p := newPuller(t, r, t.TempDir(), Source{Name: "m", Ref: ref, Key: pub, Grant: []string{"file"}})
 	p.Sync(context.Background(), false)
 	rt := runtimeFor(t, p.Puller)
 	if got := serving(t, rt); got != "v1" {
 		t.Fatalf("serving %q, want v1", got)
 	}
+	v1Layer := p.sources[0].cur.Layer
 	r.push(t, ref, "v2", key)
 	if !p.Sync(context.Background(), false) {
 		t.Fatalf("moved tag not taken up; log:\n%s", p.log)
@@ -121,10 +122,20 @@ func TestTagMovedReloads(t *testing.T) {
 	if got := serving(t, rt); got != "v2" {
 		t.Fatalf("serving %q after the tag moved, want v2", got)
 	}
-	// Only the serving version stays cached.
+	// The serving version and the one before stay cached (a reload may
+	// be reading it), no more.
+	r.push(t, ref, "v3file", key)
+	if !p.Sync(context.Background(), false) {
+		t.Fatalf("third version not taken up; log:\n%s", p.log)
+	}
 	blobs, _ := os.ReadDir(p.opt.Dir + "/sha256")
-	if len(blobs) != 1 {
-		t.Errorf("cache holds %d modules, want 1", len(blobs))
+	if len(blobs) != 2 {
+		t.Errorf("cache holds %d modules, want 2", len(blobs))
+	}
+	for _, b := range blobs {
+		if b.Name() == strings.TrimPrefix(v1Layer, "sha256:")+".wasm" {
+			t.Error("the version two changes back is still cached")
+		}
 	}
 }
 
