@@ -4,6 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
@@ -11,6 +17,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/prometheus/client_golang/prometheus"
 	"oras.land/oras-go/v2/content"
 
 	"github.com/wasmcsi/wasmcsi/abi"
@@ -364,5 +371,56 @@ func TestReferrerSignature(t *testing.T) {
 	p := newPuller(t, r, t.TempDir(), Source{Name: "m", Ref: ref, Key: pub})
 	if !p.Sync(ctx, false) {
 		t.Fatalf("referrer signature not accepted; log:\n%s", p.log)
+	}
+}
+
+// TestTamperedModuleRefused: a registry (here a proxy in front of it)
+// that serves other bytes than the signed manifest names is refused for
+// the digest, and the previous version keeps serving.
+func TestTamperedModuleRefused(t *testing.T) {
+	r := startRegistry(t)
+	key, pub := newKey(t)
+	ref := r.ref("modules/m:stable")
+	r.push(t, ref, "v1", key)
+	v2 := fixture(t, "v2")
+	other := fixture(t, "v1") // same size as v2, other bytes
+	if len(other) != len(v2) {
+		t.Fatalf("fixtures differ in size: %d, %d", len(other), len(v2))
+	}
+	v2Layer := content.NewDescriptorFromBytes(MediaTypeWasmLayer, v2).Digest.String()
+	target, _ := url.Parse("http://" + r.Addr)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		if strings.HasSuffix(resp.Request.URL.Path, "/blobs/"+v2Layer) && resp.StatusCode == http.StatusOK {
+			resp.Body.Close()
+			resp.Body = io.NopCloser(bytes.NewReader(other))
+		}
+		return nil
+	}
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+	proxied := strings.Replace(ref, r.Addr, strings.TrimPrefix(srv.URL, "http://"), 1)
+
+	lb := &logBuffer{}
+	reg := prometheus.NewRegistry()
+	p, err := New(Options{Dir: t.TempDir(), Sources: []Source{{Name: "m", Ref: proxied, Key: pub}},
+		PlainHTTP: []string{strings.TrimPrefix(srv.URL, "http://")}, Log: slog.New(slog.NewTextHandler(lb, nil)), Metrics: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := &puller{Puller: p, log: lb, reg: reg}
+	if !p.Sync(context.Background(), false) {
+		t.Fatalf("v1 not taken up; log:\n%s", lb)
+	}
+	r.push(t, ref, "v2", key)
+	if p.Sync(context.Background(), false) {
+		t.Fatal("tampered module taken up")
+	}
+	if got := tp.failures("m", ReasonDigest); got != 1 {
+		t.Errorf("digest refusals %v, want 1; log:\n%s", got, lb)
+	}
+	rt := runtimeFor(t, p)
+	if got := serving(t, rt); got != "v1" {
+		t.Fatalf("serving %q, want v1", got)
 	}
 }
