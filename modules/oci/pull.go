@@ -243,6 +243,10 @@ func (p *Puller) cached(s *source) *record {
 		p.log.Info("cached module version is for another reference or key: not used", "module", s.Name, "ref", s.Ref)
 		return nil
 	}
+	if d, err := digest.Parse(rec.Layer); err != nil || d.Algorithm() != digest.SHA256 {
+		p.log.Warn("cached module record names no sha256 digest: not used", "module", s.Name, "digest", rec.Layer)
+		return nil
+	}
 	data, err := os.ReadFile(p.blobPath(rec.Layer))
 	if err == nil {
 		err = p.checkModule(s, digest.Digest(rec.Layer), data)
