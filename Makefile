@@ -28,9 +28,10 @@ GOSRC    := $(shell find abi sdk hostcalls host modules cmd examples -name '*.go
 # module's build requires; sdk/moduletest, which runs a module in the
 # daemon's runtime for tests; cmd/sidebyside, the side-by-side benchmark;
 # cmd/mkimage, the image builder (go-containerregistry stays out of the
-# daemon's module).
+# daemon's module); cmd/testregistry, the OCI registry the signed-module
+# tests start (the distribution project stays out of it too).
 # No go.work: a local one would change what ./... means, so make ignores it.
-GOMODS   := . abi sdk sdk/moduletest cmd/sidebyside cmd/mkimage
+GOMODS   := . abi sdk sdk/moduletest cmd/sidebyside cmd/mkimage cmd/testregistry
 export GOWORK := off
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME ?= 1s

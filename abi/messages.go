@@ -125,7 +125,10 @@ type ParameterSpec struct {
 	// ("true" or "false"), ParamInt (a decimal int64) or ParamQuantity (a
 	// byte count: digits with an optional Ki, Mi, Gi, Ti suffix).
 	Type string `wire:"2"`
-	// Default is what an absent parameter means, for documentation.
+	// Default is what an absent parameter means, as a value of Type
+	// (sdk.ParameterValue returns it), or "" when that depends on more
+	// than the parameter (say, on the module's configuration): then
+	// DefaultNote says it.
 	Default string `wire:"3"`
 	// Allowed, when not empty, are the only values accepted.
 	Allowed []string `wire:"4"`
@@ -134,6 +137,10 @@ type ParameterSpec struct {
 	Mutable bool `wire:"5"`
 	// Description says what it does, in one line.
 	Description string `wire:"6"`
+	// DefaultNote, when set, is what the documentation shows as the
+	// default instead of Default: prose such as "the config's prealloc
+	// (false)". Never read as a value.
+	DefaultNote string `wire:"7"`
 }
 
 // DescriptionSection is the name of the custom section that describes a

@@ -303,6 +303,7 @@ func (m *ParameterSpec) AppendWire(b []byte) []byte {
 	b = wire.AppendStrings(b, 4, m.Allowed)
 	b = wire.AppendBool(b, 5, m.Mutable)
 	b = wire.AppendString(b, 6, m.Description)
+	b = wire.AppendString(b, 7, m.DefaultNote)
 	return b
 }
 
@@ -333,6 +334,8 @@ func (m *ParameterSpec) decodeWire(d *wire.Decoder) error {
 			m.Mutable, err = d.Bool(typ)
 		case 6:
 			m.Description, err = d.String(typ)
+		case 7:
+			m.DefaultNote, err = d.String(typ)
 		default:
 			err = d.Skip(field, typ)
 		}

@@ -37,6 +37,7 @@ import (
 	"github.com/wasmcsi/wasmcsi/hostcalls/node"
 	"github.com/wasmcsi/wasmcsi/hostcalls/node/quiesce"
 	"github.com/wasmcsi/wasmcsi/modules"
+	"github.com/wasmcsi/wasmcsi/modules/oci"
 )
 
 // Version is the daemon's version, set at build time with
@@ -59,6 +60,7 @@ type Server struct {
 	// their source's writes paused (snapshots.go), keyed by snapshot name.
 	snapJournals *quiesce.Journals
 	rt           *modules.Runtime
+	oci          *oci.Puller // nil when no module comes from a registry
 	locks        *keylock.Locks
 	infos        infoCache
 	backends     atomic.Pointer[backendSet]
@@ -177,8 +179,18 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 			return nil, fmt.Errorf("cache dir: %w", err)
 		}
 	}
+	puller, err := newPuller(cfg, opt, log)
+	if err != nil {
+		return nil, fmt.Errorf("oci modules: %w", err)
+	}
+	s.oci = puller
+	var external func() map[string]string
+	if puller != nil {
+		external = puller.Files
+	}
 	rt, err := modules.New(ctx, modules.Config{
 		Dir:          cfg.ModuleDir,
+		External:     external,
 		CacheDir:     cfg.CacheDir,
 		PreferTinyGo: cfg.PreferTinyGo,
 		Pins:         pins,
@@ -205,10 +217,18 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 	return s, nil
 }
 
-// Reload rescans the module folder: new and changed modules are compiled,
-// checked and swapped in; removed ones stop serving. Volumes of a module
-// that is gone answer FAILED_PRECONDITION until it returns.
+// Reload resolves the OCI modules' references again and rescans the
+// module folder: new and changed modules are compiled, checked and swapped
+// in; removed ones stop serving. Volumes of a module that is gone answer
+// FAILED_PRECONDITION until it returns.
 func (s *Server) Reload(ctx context.Context) {
+	if s.oci != nil {
+		s.oci.Sync(ctx, true)
+	}
+	s.reloadModules(ctx)
+}
+
+func (s *Server) reloadModules(ctx context.Context) {
 	refused := s.rt.Reload(ctx) // the runtime logs each refused module with its reason
 	s.refreshBackends()
 	names := s.backends.Load().names

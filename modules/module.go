@@ -61,7 +61,8 @@ func (m *Module) Name() string { return m.name }
 func (m *Module) Digest() string { return m.digest }
 
 // File is the name of the file the module was loaded from: "<name>.wasm"
-// or "<name>.tinygo.wasm".
+// or "<name>.tinygo.wasm", or the absolute path of an external file
+// (Config.External).
 func (m *Module) File() string { return m.file }
 
 // Describe adds key-value attributes to the module's "module loaded" log

@@ -123,6 +123,12 @@ type Config struct {
 	Grants map[string]Grant
 	// HostCalls is every host call the daemon offers, by import name.
 	HostCalls map[string]hostcalls.Func
+	// External, when set, is asked at every Load and Reload for modules
+	// that live outside the folder: module name to the absolute path of its
+	// current file (the OCI puller's verified cache). Such a module is
+	// checked, loaded and swapped like a folder file; a folder file of the
+	// same name is ignored.
+	External func() map[string]string
 	// PreferTinyGo serves "<name>.tinygo.wasm" rather than "<name>.wasm"
 	// when the folder holds both.
 	PreferTinyGo bool
@@ -332,6 +338,19 @@ func (r *Runtime) sync(ctx context.Context) map[string]error {
 	for k, v := range ferrs {
 		errs[k] = v
 	}
+	if r.cfg.External != nil {
+		for name, path := range r.cfg.External() {
+			switch {
+			case !nameRE.MatchString(name):
+				errs[name] = fmt.Errorf("module %q: name must match %s", name, nameRE)
+			case !filepath.IsAbs(path):
+				errs[name] = fmt.Errorf("module %q: external file %q is not an absolute path", name, path)
+			case r.cfg.Disabled[name]:
+			default:
+				files[name] = path
+			}
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(files)) {
 		file := files[name]
 		seen[name] = true
@@ -353,7 +372,11 @@ func (r *Runtime) sync(ctx context.Context) map[string]error {
 				r.log.Error("module refused", "module", name, "err", err)
 			}
 		}
-		data, digest, err := readModule(filepath.Join(r.cfg.Dir, file))
+		path := file
+		if !filepath.IsAbs(path) {
+			path = filepath.Join(r.cfg.Dir, file)
+		}
+		data, digest, err := readModule(path)
 		if err != nil {
 			keepOld(fmt.Errorf("module %q: %w", name, err))
 			continue

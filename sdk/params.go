@@ -29,6 +29,9 @@ func ParameterTable(specs []abi.ParameterSpec) string {
 			mutable = "yes"
 		}
 		def := s.Default
+		if s.DefaultNote != "" {
+			def = s.DefaultNote
+		}
 		if def == "" {
 			def = "—"
 		}
@@ -44,10 +47,16 @@ func ParameterTable(specs []abi.ParameterSpec) string {
 
 // ParameterValue returns the value of the declared parameter spec in
 // params, or its Default when absent. A module whose BackendInfo
-// DeclaresParameters gets only values the host checked against spec.
+// DeclaresParameters gets only values the host checked against spec. It
+// never returns prose: a Default that is not a value of the spec's type
+// (documentation belongs in DefaultNote) reads as "", as does an absent
+// parameter without a Default, so the caller falls back to its own rule.
 func ParameterValue(params map[string]string, spec abi.ParameterSpec) string {
 	if v, ok := params[spec.Name]; ok {
 		return v
+	}
+	if spec.Default == "" || spec.Check(spec.Default) != nil {
+		return ""
 	}
 	return spec.Default
 }

@@ -9,6 +9,10 @@
 //	                          run one operation of a built module
 //	wasmcsi modules inspect [--write] FILE
 //	                          describe a built module
+//	wasmcsi modules push FILE oci://REGISTRY/REPO:TAG --key KEY
+//	                          publish a built module, signed
+//	wasmcsi modules keygen [PREFIX]
+//	                          write a signing key pair
 //	wasmcsi version           print the version
 //	wasmcsi help              print the commands and flags
 package main
@@ -60,6 +64,10 @@ Usage:
                              run one operation of a built module against a fake host
   wasmcsi modules inspect [--write] FILE
                              print what a built module is and asks for (--write: as a custom section)
+  wasmcsi modules push FILE oci://REGISTRY/REPO:TAG --key wasmcsi.key
+                             publish a built module to an OCI registry, signed (cosign format)
+  wasmcsi modules keygen [PREFIX]
+                             write PREFIX.key and PREFIX.pub, a key pair to sign modules with
   wasmcsi config             print the embedded default configuration
   wasmcsi version            print the version
   wasmcsi help               print this help
@@ -103,6 +111,12 @@ func run(args []string, out io.Writer) error {
 				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 				defer stop()
 				return modulesInspect(ctx, args[1:], out, os.Stderr)
+			case "push":
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				return modulesPush(ctx, args[1:], out, os.Stderr)
+			case "keygen":
+				return modulesKeygen(args[1:], out, os.Stderr)
 			}
 		}
 	case "serve":
@@ -178,6 +192,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 
 	go reloadOnSignal(ctx, srv, log)
+	go srv.WatchRegistries(ctx, cfg.OCI.Interval)
 	if cfg.WatchModules {
 		go watchModules(ctx, cfg.ModuleDir, srv, log)
 	}

@@ -21,7 +21,7 @@ func TestHelpListsCommands(t *testing.T) {
 		if err := run(args, &out); err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
-		for _, want := range []string{"wasmcsi [serve]", "wasmcsi modules", "wasmcsi config", "wasmcsi version", "--config", "--module_dir"} {
+		for _, want := range []string{"wasmcsi [serve]", "wasmcsi modules", "wasmcsi modules push", "wasmcsi modules keygen", "wasmcsi config", "wasmcsi version", "--config", "--module_dir"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("%v: help lacks %q:\n%s", args, want, out.String())
 			}

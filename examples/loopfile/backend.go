@@ -177,7 +177,7 @@ func (b *Backend) Info() abi.BackendInfo {
 
 // Parameters are loopfile's StorageClass parameters (README.md shows them).
 var Parameters = []abi.ParameterSpec{
-	{Name: paramPrealloc, Type: abi.ParamBool, Default: "the config's prealloc (false)", Mutable: true,
+	{Name: paramPrealloc, Type: abi.ParamBool, DefaultNote: "the config's prealloc (false)", Mutable: true,
 		Description: "allocate every block of the volume's file at creation (and on a change to true)"},
 }
 

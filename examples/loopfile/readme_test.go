@@ -22,4 +22,10 @@ func TestReadmeShowsParameters(t *testing.T) {
 	if want := sdk.ParameterTable(Parameters); !strings.Contains(string(readme), want) {
 		t.Errorf("README.md lacks the generated parameter table; paste it under \"StorageClass parameters\":\n%s", want)
 	}
+	// sdk.ParameterValue hands the module its Default: a value, never prose.
+	for _, p := range Parameters {
+		if p.Default != "" && p.Check(p.Default) != nil {
+			t.Errorf("parameter %s: Default %q is not a value of its type; prose belongs in DefaultNote", p.Name, p.Default)
+		}
+	}
 }

@@ -51,6 +51,7 @@ type Config struct {
 	Reconcile        Reconcile         `koanf:"reconcile"`
 	Node             NodePaths         `koanf:"node"`
 	GroupSnapshot    GroupSnapshot     `koanf:"group_snapshot"`
+	OCI              OCI               `koanf:"oci"`
 	Modules          map[string]Module `koanf:"modules"`
 
 	// MemoryBudgetPages bounds the linear memory of all module instances
@@ -89,10 +90,29 @@ type GroupSnapshot struct {
 	FreezeTimeout time.Duration `koanf:"freeze_timeout"`
 }
 
+// OCI configures the modules pulled from OCI registries (modules whose
+// source is oci://...).
+type OCI struct {
+	// Key is the PEM ECDSA P-256 public key (cosign.pub) a module's
+	// signature must verify with, unless the module names its own.
+	Key string `koanf:"key"`
+	// Interval is how often tags are resolved again (SIGHUP also does).
+	Interval time.Duration `koanf:"interval"`
+	// PlainHTTP lists registries (host:port) reached without TLS.
+	PlainHTTP []string `koanf:"plain_http"`
+	// AuthFile is a Docker config.json with registry credentials.
+	AuthFile string `koanf:"auth_file"`
+}
+
 // Module is the operator's grant for one module.
 type Module struct {
 	// Disabled leaves the module's file in the folder unloaded.
-	Disabled  bool              `koanf:"disabled"`
+	Disabled bool `koanf:"disabled"`
+	// Source, when set, is where the module comes from instead of the
+	// module folder: oci://REGISTRY/REPO:TAG or oci://REGISTRY/REPO@sha256:...
+	Source string `koanf:"source"`
+	// Key is the public key of a Source module (default: oci.key).
+	Key       string            `koanf:"key"`
 	SHA256    string            `koanf:"sha256"`
 	HostCalls []string          `koanf:"hostcalls"`
 	Roots     []string          `koanf:"roots"`
@@ -213,7 +233,7 @@ func (c *Config) normalize() error {
 		return fmt.Errorf("config: memory_budget_pages must be positive")
 	}
 	var err error
-	for _, p := range []*string{&c.StateDir, &c.ModuleDir, &c.CacheDir} {
+	for _, p := range []*string{&c.StateDir, &c.ModuleDir, &c.CacheDir, &c.OCI.Key, &c.OCI.AuthFile} {
 		if *p, err = abs(*p); err != nil {
 			return err
 		}
@@ -227,7 +247,22 @@ func (c *Config) normalize() error {
 	if err != nil {
 		return err
 	}
+	ociModules := false
 	for name, m := range c.Modules {
+		if m.Source != "" {
+			if !strings.HasPrefix(m.Source, "oci://") {
+				return fmt.Errorf("config: modules.%s.source %q: want oci://REGISTRY/REPO:TAG or oci://REGISTRY/REPO@sha256:DIGEST", name, m.Source)
+			}
+			if m.Key == "" && c.OCI.Key == "" {
+				return fmt.Errorf("config: modules.%s.source is an OCI reference but neither modules.%s.key nor oci.key names the public key that signs it", name, name)
+			}
+			ociModules = ociModules || !m.Disabled
+		}
+		if m.Key != "" {
+			if m.Key, err = abs(m.Key); err != nil {
+				return err
+			}
+		}
 		for i, r := range m.Roots {
 			// Roots are paths for the dir, file and loop families, but a
 			// device-mapper name prefix or an iSCSI portal for others: only
@@ -242,6 +277,9 @@ func (c *Config) normalize() error {
 			m.Config = map[string]string{}
 		}
 		c.Modules[name] = m
+	}
+	if ociModules && c.OCI.Interval <= 0 {
+		return fmt.Errorf("config: oci.interval must be positive: %s", c.OCI.Interval)
 	}
 	return nil
 }

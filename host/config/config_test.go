@@ -114,3 +114,42 @@ func TestFileModulesReplaceDefaults(t *testing.T) {
 		t.Fatalf("modules: %+v", c.Modules)
 	}
 }
+
+// An OCI source needs oci:// and a key; key paths are made absolute.
+func TestOCISources(t *testing.T) {
+	for _, tc := range []struct {
+		mod  Module
+		key  string
+		want string // "" when valid
+	}{
+		{Module{Source: "oci://r.example/m:1"}, "keys/cosign.pub", ""},
+		{Module{Source: "oci://r.example/m:1", Key: "own.pub"}, "", ""},
+		{Module{Source: "oci://r.example/m:1"}, "", "names the public key"},
+		{Module{Source: "r.example/m:1"}, "k.pub", "want oci://"},
+	} {
+		c, err := Load(nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Modules = map[string]Module{"m": tc.mod}
+		c.OCI.Key = tc.key
+		err = c.normalize()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v, key %q: %v", tc.mod, tc.key, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%+v, key %q: %v, want %q", tc.mod, tc.key, err, tc.want)
+		case err == nil && (!filepath.IsAbs(c.Modules["m"].Key) && c.Modules["m"].Key != "" || !filepath.IsAbs(c.OCI.Key) && c.OCI.Key != ""):
+			t.Errorf("key paths not absolute: %q, %q", c.Modules["m"].Key, c.OCI.Key)
+		}
+	}
+	if c, err := Load(nil, []string{"WASMCSI_OCI__INTERVAL=0s"}); err != nil || c.OCI.Interval != 0 {
+		t.Errorf("a zero interval without OCI modules: %v", err)
+	}
+	c, _ := Load(nil, nil)
+	c.Modules = map[string]Module{"m": {Source: "oci://r.example/m:1", Key: "k.pub"}}
+	c.OCI.Interval = 0
+	if err := c.normalize(); err == nil || !strings.Contains(err.Error(), "oci.interval") {
+		t.Errorf("OCI modules with a zero interval: %v", err)
+	}
+}

@@ -144,9 +144,19 @@ limits:
 {{- end }}
 reconcile:
   clean: {{ $v.daemon.reconcileClean }}
+{{- if include "wasmcsi.ociUsed" .backends }}
+oci:
+  key: /etc/wasmcsi-oci/key/{{ $v.oci.publicKey.key }}
+  interval: {{ $v.oci.interval }}
+  plain_http: {{ toJson ($v.oci.plainHTTP | default list) }}
+  auth_file: {{ if $v.oci.authSecret }}/etc/wasmcsi-oci/auth/config.json{{ else }}""{{ end }}
+{{- end }}
 modules:
 {{- range $name, $b := .backends }}
   {{ $name }}:
+    {{- with $b.source }}
+    source: {{ . | quote }}
+    {{- end }}
     sha256: {{ $b.sha256 | default "" | quote }}
     hostcalls: {{ toJson $b.hostcalls }}
     roots:
@@ -160,14 +170,70 @@ modules:
 {{- end }}
 {{- end -}}
 
-{{/* wasmcsi.install: the install-modules command for a module folder. */}}
+{{/*
+wasmcsi.install: the install-modules command for a module folder: the
+backends without a source (those come from a registry).
+*/}}
 {{- define "wasmcsi.install" -}}
+{{- $files := list -}}
+{{- range $name, $b := .backends }}{{ if not ($b | default dict).source }}{{ $files = append $files $name }}{{ end }}{{ end -}}
+{{- if $files -}}
 - cp
 - --preserve=mode,timestamps
 - --remove-destination
 - --target-directory={{ .dir }}
-{{- range $name, $_ := .backends }}
-- /opt/wasmcsi/modules/{{ $name }}.wasm
+{{- range $files }}
+- /opt/wasmcsi/modules/{{ . }}.wasm
+{{- end }}
+{{- else -}}
+- "true"
+{{- end }}
+{{- end -}}
+
+{{/* wasmcsi.ociUsed: non-empty when a backend comes from a registry. */}}
+{{- define "wasmcsi.ociUsed" -}}
+{{- range $_, $b := . }}{{ if ($b | default dict).source }}yes{{ end }}{{ end -}}
+{{- end -}}
+
+{{/*
+wasmcsi.ociMounts and wasmcsi.ociVolumes: the public key (and registry
+credentials) of the backends from a registry, in the daemon's container.
+Argument: a dict with root and backends.
+*/}}
+{{- define "wasmcsi.ociMounts" -}}
+{{- if include "wasmcsi.ociUsed" .backends }}
+- name: oci-key
+  mountPath: /etc/wasmcsi-oci/key
+  readOnly: true
+{{- if .root.Values.oci.authSecret }}
+- name: oci-auth
+  mountPath: /etc/wasmcsi-oci/auth
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "wasmcsi.ociVolumes" -}}
+{{- if include "wasmcsi.ociUsed" .backends }}
+{{- $k := .root.Values.oci.publicKey }}
+- name: oci-key
+{{- if $k.secret }}
+  secret:
+    secretName: {{ $k.secret }}
+{{- else if $k.configMap }}
+  configMap:
+    name: {{ $k.configMap }}
+{{- else }}
+{{- fail "a backend has an oci:// source: set oci.publicKey.secret or oci.publicKey.configMap to the public key that signs it" }}
+{{- end }}
+{{- with .root.Values.oci.authSecret }}
+- name: oci-auth
+  secret:
+    secretName: {{ . }}
+    items:
+      - key: .dockerconfigjson
+        path: config.json
+{{- end }}
 {{- end }}
 {{- end -}}
 
