@@ -339,6 +339,9 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	defer unlock()
 	rec, err := s.store.GetStage(id)
 	if perr := s.teardownPath("staging_target_path", staging, func() (bool, error) {
+		if err != nil && !errors.Is(err, state.ErrNotFound) {
+			return false, err // the records cannot say: never refuse as "outside the roots"
+		}
 		return err == nil && rec.StagingPath == staging, nil
 	}); perr != nil {
 		return nil, perr
