@@ -184,7 +184,16 @@ func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publis
 	}
 	durable := func() error { return nil }
 	if record {
-		if durable, err = s.store.PutStageAsync(*rec); err != nil {
+		durable, err = s.store.PutStageAsync(*rec)
+		if err == nil {
+			// In the log file before anything is mounted, its sync beside
+			// the mount: a daemon killed once the mount is made finds the
+			// record that names its device, and NodeUnstage releases it
+			// whatever the backend (ownership without a record can be
+			// proven only for pool files and folders).
+			err = s.store.Written()
+		}
+		if err != nil {
 			s.release(ctx, b, rec)
 			return fmt.Errorf("record stage of %s: %w", rec.VolumeID, err)
 		}
