@@ -27,8 +27,8 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
-	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 	"github.com/wasmcsi/wasmcsi/modules"
+	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 )
 
 // memoryPages is the daemon's default per-instance memory cap

@@ -27,8 +27,8 @@ import (
 	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
-	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 	"github.com/wasmcsi/wasmcsi/modules"
+	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 )
 
 // benchDaemon starts a daemon serving the example module backend, built

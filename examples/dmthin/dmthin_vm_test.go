@@ -13,8 +13,8 @@ import (
 	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
 	"github.com/wasmcsi/wasmcsi/hostcalls/catalog"
 	"github.com/wasmcsi/wasmcsi/hostcalls/dm"
-	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 	"github.com/wasmcsi/wasmcsi/modules"
+	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
 )
 

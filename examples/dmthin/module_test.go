@@ -8,8 +8,8 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
-	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 	"github.com/wasmcsi/wasmcsi/modules"
+	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 )
 
 // The built module, with each toolchain, against the fake system: the

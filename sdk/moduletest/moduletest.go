@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/wasmcsi/wasmcsi/abi"
-	mt "github.com/wasmcsi/wasmcsi/modules/moduletest"
 	"github.com/wasmcsi/wasmcsi/modules"
+	mt "github.com/wasmcsi/wasmcsi/modules/moduletest"
 )
 
 // Toolchain builds modules.
