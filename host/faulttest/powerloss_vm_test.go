@@ -64,7 +64,7 @@ type state struct {
 	sources map[string]*source // volume name -> the data a clone or restore must hold
 }
 
-type snap struct{ name, id, source, token string }
+type snap struct{ name, id, source, token, group string }
 
 // source is what a copied volume holds when whole: its source's data.
 type source struct{ token string }
@@ -188,6 +188,78 @@ func (p *powerLoss) expand(volName string, size int64) {
 	})
 }
 
+// nodeExpand grows the published volume's filesystem to its new size,
+// as the CO does after a ControllerExpandVolume that asks for it.
+func (p *powerLoss) nodeExpand(volName string) {
+	v := p.cur.vols[volName]
+	p.do("node expand "+volName, volName, func(c context.Context) error {
+		_, err := p.d.Node().NodeExpandVolume(c, &csi.NodeExpandVolumeRequest{VolumeId: v.id, VolumePath: target(p.node, v),
+			StagingTargetPath: staging(p.node, v), CapacityRange: &csi.CapacityRange{RequiredBytes: v.capacity}, VolumeCapability: v.capability()})
+		return err
+	})
+}
+
+// modify changes a mutable parameter of the volume.
+func (p *powerLoss) modify(volName string, params map[string]string) {
+	v := p.cur.vols[volName]
+	p.do("modify "+volName, volName, func(c context.Context) error {
+		_, err := p.d.Controller().ControllerModifyVolume(c, &csi.ControllerModifyVolumeRequest{VolumeId: v.id, MutableParameters: params})
+		return err
+	})
+}
+
+// groupSnapshot cuts one snapshot of each volume at one point; its
+// members are snapshots named "<group>/<volume>".
+func (p *powerLoss) groupSnapshot(name string, volNames ...string) {
+	p.names[name] = true
+	var ids []string
+	for _, n := range volNames {
+		ids = append(ids, p.cur.vols[n].id)
+	}
+	p.do("group snapshot "+name, "", func(c context.Context) error {
+		resp, err := p.d.Group().CreateVolumeGroupSnapshot(c, &csi.CreateVolumeGroupSnapshotRequest{Name: name, SourceVolumeIds: ids})
+		if err != nil {
+			return err
+		}
+		g := resp.GetGroupSnapshot()
+		for _, m := range g.GetSnapshots() {
+			for _, n := range volNames {
+				if v := p.cur.vols[n]; v.id == m.GetSourceVolumeId() {
+					p.cur.snaps[name+"/"+n] = &snap{name: name + "/" + n, id: m.GetSnapshotId(), source: n, token: v.token, group: g.GetGroupSnapshotId()}
+				}
+			}
+		}
+		if len(g.GetSnapshots()) != len(volNames) {
+			return fmt.Errorf("group snapshot of %d volumes has %d members", len(volNames), len(g.GetSnapshots()))
+		}
+		return nil
+	})
+}
+
+// deleteGroup deletes a group snapshot and its members.
+func (p *powerLoss) deleteGroup(name string) {
+	var gid string
+	var members []string
+	for _, s := range p.cur.snaps {
+		if strings.HasPrefix(s.name, name+"/") {
+			gid = s.group
+			members = append(members, s.id)
+		}
+	}
+	p.do("delete group "+name, "", func(c context.Context) error {
+		if _, err := p.d.Group().DeleteVolumeGroupSnapshot(c, &csi.DeleteVolumeGroupSnapshotRequest{GroupSnapshotId: gid, SnapshotIds: members}); err != nil {
+			return err
+		}
+		for k, s := range p.cur.snaps {
+			if s.group == gid {
+				delete(p.cur.snaps, k)
+				p.cur.deleted[s.id] = "snapshot " + k
+			}
+		}
+		return nil
+	})
+}
+
 func (p *powerLoss) unpublishUnstage(volName string) {
 	v := p.cur.vols[volName]
 	p.do("unpublish+unstage "+volName, volName, func(c context.Context) error { return unpublishUnstage(c, p.d, p.node, v) })
@@ -247,6 +319,9 @@ func (p *powerLoss) script(r int) {
 		p.create(pre+"clone", b, false, size, volSource(p.cur.vols[pre+"a"].id), pre+"a.2")
 		p.create(pre+"restore", b, false, size, snapSource(p.cur.snaps[pre+"s"].id), pre+"a.1")
 		p.expand(pre+"a", size+8<<20)
+		if b != "localdir" {
+			p.nodeExpand(pre + "a")
+		}
 		p.unpublishUnstage(pre + "a")
 		p.deleteSnapshot(pre + "s")
 		p.stagePublishWrite(pre+"restore", pre+"restore.1")
@@ -254,6 +329,14 @@ func (p *powerLoss) script(r int) {
 		p.deleteVolume(pre + "clone")
 	}
 	pre := fmt.Sprintf("r%d-", r)
+	// A mutable parameter changed; a group snapshot across two backends,
+	// a volume restored from one of its members, the group deleted while
+	// the restore lives.
+	p.modify(pre+"loop-a", map[string]string{"prealloc": "true"})
+	p.groupSnapshot(pre+"g", pre+"loop-a", pre+"dmth-a")
+	p.create(pre+"g-restore", "dmthin", false, thinVolBytes+8<<20, snapSource(p.cur.snaps[pre+"g/"+pre+"dmth-a"].id), p.cur.snaps[pre+"g/"+pre+"dmth-a"].token)
+	p.deleteGroup(pre + "g")
+	p.deleteVolume(pre + "g-restore")
 	p.create(pre+"blk", "loopfile", true, loopfileBytes, nil, "")
 	p.stagePublishWrite(pre+"blk", pre+"blk.1")
 	p.snapshot(pre+"blk-s", pre+"blk")
@@ -480,13 +563,16 @@ func (p *powerLoss) checkPoint(an *anomalies, replay *os.File, checkImg, mnt str
 			an.add("capacity lost", fmt.Sprintf("%s: %d bytes listed, %d acknowledged", name, got.GetCapacityBytes(), v.capacity))
 		}
 	}
-	deleting := ""
+	deleting, deletingGroup := "", ""
 	if inFlight != nil && strings.HasPrefix(inFlight.what, "delete snapshot ") {
 		deleting = strings.TrimPrefix(inFlight.what, "delete snapshot ")
 	}
+	if inFlight != nil && strings.HasPrefix(inFlight.what, "delete group ") {
+		deletingGroup = strings.TrimPrefix(inFlight.what, "delete group ") + "/"
+	}
 	for name, s := range want.snaps {
 		got, ok := snaps[s.id]
-		if !ok && name == deleting {
+		if !ok && (name == deleting || deletingGroup != "" && strings.HasPrefix(name, deletingGroup)) {
 			continue // its deletion was under way at the cut
 		}
 		if !ok {
@@ -644,7 +730,22 @@ func (p *powerLoss) list() (map[string]*csi.Volume, map[string]*csi.Snapshot, er
 func (p *powerLoss) cleanupAll(an *anomalies, snaps map[string]*csi.Snapshot, vols map[string]*csi.Volume) {
 	c, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	for id := range snaps {
+	// A group's snapshots go with their group, as the spec wants.
+	groups := map[string][]string{}
+	for id, sn := range snaps {
+		if g := sn.GetGroupSnapshotId(); g != "" {
+			groups[g] = append(groups[g], id)
+		}
+	}
+	for g, members := range groups {
+		if _, err := p.d.Group().DeleteVolumeGroupSnapshot(c, &csi.DeleteVolumeGroupSnapshotRequest{GroupSnapshotId: g, SnapshotIds: members}); err != nil {
+			an.add("cleanup failed", fmt.Sprintf("DeleteVolumeGroupSnapshot %s: %v", g, err))
+		}
+	}
+	for id, sn := range snaps {
+		if sn.GetGroupSnapshotId() != "" {
+			continue
+		}
 		if _, err := p.d.Controller().DeleteSnapshot(c, &csi.DeleteSnapshotRequest{SnapshotId: id}); err != nil {
 			an.add("cleanup failed", fmt.Sprintf("DeleteSnapshot %s: %v", id, err))
 		}
