@@ -12,6 +12,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 
+	"github.com/wasmcsi/wasmcsi/hostcalls"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
 )
 
@@ -70,7 +71,11 @@ func TestVolumeHealthPoolFilesystemErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { loop.Detach(context.Background(), dev.Path) })
+	t.Cleanup(func() {
+		if err := loop.Detach(context.Background(), dev.Path); err != nil {
+			t.Errorf("cleanup: detach %s: %v", dev.Path, err)
+		}
+	})
 	if out, err := exec.Command("mkfs.ext4", "-q", "-F", dev.Path).CombinedOutput(); err != nil {
 		t.Skipf("mkfs.ext4: %v: %s", err, out)
 	}
@@ -78,7 +83,20 @@ func TestVolumeHealthPoolFilesystemErrors(t *testing.T) {
 	if err := unix.Mount(dev.Path, pool, "ext4", 0, ""); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unix.Unmount(pool, unix.MNT_DETACH) })
+	// A plain unmount: the daemon, stopped first, holds nothing open on
+	// its pool once the pool's idle time has passed (a lazy unmount would
+	// hide a leak and leave the loop device bound).
+	t.Cleanup(func() {
+		err := unix.Unmount(pool, 0)
+		for deadline := time.Now().Add(4 * hostcalls.PoolIdle); errors.Is(err, unix.EBUSY) && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+			err = unix.Unmount(pool, 0)
+		}
+		if err != nil {
+			t.Errorf("cleanup: unmount the pool: %v", err)
+			unix.Unmount(pool, unix.MNT_DETACH)
+		}
+	})
 	o := localdirOptions(t)
 	o.pool = pool
 	d := startDaemon(t, o)

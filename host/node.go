@@ -184,7 +184,16 @@ func (s *Server) stage(ctx context.Context, b *backend, rec *state.Stage, publis
 	}
 	durable := func() error { return nil }
 	if record {
-		if durable, err = s.store.PutStageAsync(*rec); err != nil {
+		durable, err = s.store.PutStageAsync(*rec)
+		if err == nil {
+			// In the log file before anything is mounted, its sync beside
+			// the mount: a daemon killed once the mount is made finds the
+			// record that names its device, and NodeUnstage releases it
+			// whatever the backend (ownership without a record can be
+			// proven only for pool files and folders).
+			err = s.store.Written()
+		}
+		if err != nil {
 			s.release(ctx, b, rec)
 			return fmt.Errorf("record stage of %s: %w", rec.VolumeID, err)
 		}
@@ -339,6 +348,9 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	defer unlock()
 	rec, err := s.store.GetStage(id)
 	if perr := s.teardownPath("staging_target_path", staging, func() (bool, error) {
+		if err != nil && !errors.Is(err, state.ErrNotFound) {
+			return false, err // the records cannot say: never refuse as "outside the roots"
+		}
 		return err == nil && rec.StagingPath == staging, nil
 	}); perr != nil {
 		return nil, perr

@@ -1,6 +1,7 @@
 package host_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -184,6 +185,17 @@ func TestNodePathRoots(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "path roots")
 	if n := mountsAt(t, outside) + mountsAt(t, prefix); n != 0 {
 		t.Errorf("NodeStage outside the roots mounted %d", n)
+	}
+	// A path that cannot lead anywhere is the request's fault, not a
+	// moment's: a file where a folder must be, a loop of links.
+	file := filepath.Join(w, "kubelet", "file")
+	loop := filepath.Join(w, "kubelet", "loop")
+	if err := errors.Join(os.MkdirAll(filepath.Dir(file), 0o755), os.WriteFile(file, nil, 0o644), os.Symlink(loop, loop)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(file, "staging"), filepath.Join(loop, "staging")} {
+		_, err = d.node().NodeStageVolume(callCtx(t), &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: p, VolumeCapability: rwCap, VolumeContext: v.vol.GetVolumeContext()})
+		wantCode(t, err, codes.InvalidArgument, "staging_target_path")
 	}
 	if err := inside.stage(callCtx(t), d); err != nil {
 		t.Fatal(err)

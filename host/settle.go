@@ -55,7 +55,6 @@ type settler struct {
 	// entries may be gone. Guarded by mu.
 	fsErrors func(dir string) int
 	errBase  map[string]int
-	stuck    []settling
 }
 
 // settling is one operation waiting for its batch.
@@ -196,7 +195,7 @@ func (st *settler) batch() {
 	// while a broken folder (one backend's storage failing) holds back
 	// only the operations on it, not every backend's.
 	synced, held := map[string]bool{}, map[string]bool{}
-	var done, again, stuck []settling
+	var done, again []settling
 	for _, op := range q {
 		ok, broken := true, false
 		for _, d := range op.dirs {
@@ -229,11 +228,13 @@ func (st *settler) batch() {
 					st.markBroken(d) // keep the order of its operations
 				}
 			}
-			if broken {
-				stuck = append(stuck, op)
-			} else {
+			if !broken {
 				again = append(again, op)
 			}
+			// An operation on a broken folder is dropped here: its intent
+			// or mark stays for start-up, and its pending count stays, so
+			// calls that would race it answer ABORTED until then. Nothing
+			// of it is kept in memory however long the folder stays broken.
 			continue
 		}
 		done = append(done, op)
@@ -257,7 +258,6 @@ func (st *settler) batch() {
 	if len(again) > 0 {
 		st.queue = append(again, st.queue...)
 	}
-	st.stuck = append(st.stuck, stuck...)
 	st.mu.Unlock()
 	if len(again) > 0 {
 		select {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"syscall"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -132,6 +134,12 @@ func (s *Server) inPathRoots(field, p string) error {
 		return nil
 	}
 	real, err := resolveExisting(p)
+	if err != nil && (errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENAMETOOLONG) ||
+		strings.Contains(err.Error(), "too many links")) { // filepath.EvalSymlinks' own ELOOP
+		// The path itself cannot lead anywhere: a file where a folder
+		// must be, a loop of links, too long. Asking again cannot help.
+		return errf(codes.InvalidArgument, "%s %q: %v", field, p, err)
+	}
 	if err != nil {
 		return errf(codes.Unavailable, "%s %q: %v", field, p, err)
 	}

@@ -1,6 +1,8 @@
 package state
 
 import (
+	"bytes"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -167,5 +169,72 @@ func TestSyncMakesSoonWritesDurable(t *testing.T) {
 	}
 	if err := s.Sync(); err != nil {
 		t.Fatalf("Sync with nothing unsynced: %v", err)
+	}
+}
+
+// TestWrittenBeforeSynced: Written returns once an Async record is in the
+// log file, while its sync is still under way, so a caller can change the
+// system (a mount) beside the sync and a killed daemon still finds the
+// record that explains the change.
+func TestWrittenBeforeSynced(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s := openQuiet(t, path)
+	release := make(chan struct{})
+	syncing := make(chan struct{}, 1)
+	old := fdatasync
+	fdatasync = func(fd int) error {
+		select {
+		case syncing <- struct{}{}:
+		default:
+		}
+		<-release
+		return old(fd)
+	}
+	defer func() { fdatasync = old }()
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	wait, err := s.PutStageAsync(Stage{VolumeID: "vol-written", StagingPath: "/stage/vol-written"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Written() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Written waits for the sync")
+	}
+	segs, err := filepath.Glob(filepath.Join(filepath.Dir(path), "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range segs {
+		if b, err := os.ReadFile(f); err == nil && bytes.Contains(b, []byte("vol-written")) {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("after Written no file among %v holds the record", segs)
+	}
+	select {
+	case <-syncing:
+	default:
+		t.Fatal("the record's sync never started")
+	}
+	close(release)
+	released = true
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -456,6 +456,18 @@ func (s *Store) writeSoon(fn func(tx *txn) error) error {
 	return err
 }
 
+// Written returns once every change applied so far is at least written to
+// the log file: a killed daemon keeps it (a power cut may not, and a crash
+// of the machine also ends what such a record describes, a mount say).
+// For a caller about to change the system in a way a record must explain
+// after a kill, while the record's sync runs beside the change.
+func (s *Store) Written() error {
+	if err := s.log.err(); err != nil {
+		return err
+	}
+	return s.log.waitWritten(s.log.lastSeq())
+}
+
 // Sync returns once every change applied so far, those of the Soon
 // writes too, is durable: at once when the log has nothing unsynced. For a
 // caller about to change what a record only recoverable so far describes

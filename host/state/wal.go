@@ -186,6 +186,7 @@ type wal struct {
 	cond    sync.Cond // on mu: durable, syncing or failed changed
 	seq     uint64    // last sequence number given out
 	durable uint64    // every record up to this one is on disk
+	written uint64    // every record up to this one is in the kernel (written, maybe not synced)
 	syncing bool      // a write and fdatasync are in flight
 	segs    []*segment
 	cur     *chunk   // records for the last segment not yet being written
@@ -271,6 +272,30 @@ func (w *wal) wait(seq uint64) error {
 	return nil
 }
 
+// waitWritten returns when record seq is at least written to the segment
+// file (in the kernel's page cache, so a killed process keeps it; a power
+// cut may not), or with the log's failure. The write and sync run in a
+// goroutine of their own (wait), so the sync goes on after this returns.
+func (w *wal) waitWritten(seq uint64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	started := false
+	for w.written < seq && w.durable < seq {
+		if err := w.err(); err != nil {
+			return err
+		}
+		if !w.syncing && !started {
+			if len(w.queue) == 0 && len(w.cur.buf) == 0 {
+				return abi.Errorf(abi.Internal, "state log: record %d is neither written nor buffered", seq)
+			}
+			started = true
+			go func() { _ = w.wait(seq) }() // a failure stops the log, which the loop sees
+		}
+		w.cond.Wait()
+	}
+	return nil
+}
+
 // flush writes the oldest buffered chunk and syncs its segment, one
 // segment at a time, so a segment is whole on disk before its successor
 // holds anything. Called with mu held; mu is released while the disk works.
@@ -286,7 +311,12 @@ func (w *wal) flush() {
 	w.mu.Unlock()
 	_, err := c.seg.f.WriteAt(c.buf, c.off)
 	if err == nil {
-		err = unix.Fdatasync(int(c.seg.f.Fd()))
+		// In the kernel now: a kill of the process keeps it.
+		w.mu.Lock()
+		w.written = c.last
+		w.cond.Broadcast()
+		w.mu.Unlock()
+		err = fdatasync(int(c.seg.f.Fd()))
 	}
 	w.mu.Lock()
 	w.syncing = false
@@ -300,6 +330,9 @@ func (w *wal) flush() {
 	}
 	w.cond.Broadcast()
 }
+
+// fdatasync syncs a segment's data; tests slow it down.
+var fdatasync = unix.Fdatasync
 
 // buffer returns an empty chunk buffer.
 func (w *wal) buffer() []byte {

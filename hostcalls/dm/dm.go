@@ -410,6 +410,11 @@ func openControl(dir string) (int, error) {
 	if err == nil {
 		return fd, nil
 	}
+	if errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENXIO) {
+		// A node left by a tool (dmsetup, lvm create it) on a kernel
+		// without the driver.
+		return -1, errNoDM
+	}
 	if !errors.Is(err, unix.ENOENT) {
 		return -1, fmt.Errorf("open %s: %w", path, err)
 	}

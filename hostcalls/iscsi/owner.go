@@ -67,9 +67,17 @@ func (o owner) OwnsDevice(_ context.Context, d hostcalls.Device, roots []string)
 	return "", false, nil
 }
 
+// identity is what tells the volume's disk from another under the same
+// name later: its WWID, or, for a target that reports none, the target
+// and LUN it is ("lun:<portal>,<target IQN>,<LUN>"), which a reboot or
+// rescan cannot give another volume's disk. "" only where sysfs shows
+// neither.
 func (o owner) identity(block string) string {
 	if id := o.sys.WWID(block); id != "" {
 		return "wwid:" + id
+	}
+	if portal, iqn, lun, ok := o.sys.DiskTarget(block); ok {
+		return fmt.Sprintf("lun:%s,%s,%d", portal, iqn, lun)
 	}
 	return ""
 }

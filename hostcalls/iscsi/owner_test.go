@@ -113,3 +113,39 @@ func TestOwnsDeviceByNumber(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnsDeviceIdentityWithoutWWID: a target that reports no WWID still
+// gives each disk an identity of its own, its portal, target and LUN, so
+// that a staged disk's check again tells it from another volume's disk a
+// reboot put under the same name (with an empty identity any disk of the
+// portal would pass).
+func TestOwnsDeviceIdentityWithoutWWID(t *testing.T) {
+	sys, nodes := fakeDisks(t)
+	for _, name := range []string{"sdq", "sdr"} {
+		link, err := os.Readlink(filepath.Join(sys.Root, "class", "block", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(sys.Root, "class", "block", link, "device", "wwid")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sess := filepath.Join(sys.Root, "class", "iscsi_session", "session3")
+	if err := os.MkdirAll(sess, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sess, "targetname"), []byte("iqn.2024-01.test:t\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := owner{sys}
+	granted := []string{"192.0.2.1:3260"}
+	for _, c := range []struct {
+		name string
+		want string
+	}{{"sdq", "lun:192.0.2.1:3260,iqn.2024-01.test:t,0"}, {"sdr", "lun:192.0.2.1:3260,iqn.2024-01.test:t,1"}} {
+		id, owned, err := o.OwnsDevice(context.Background(), hostcalls.Device{Path: filepath.Join(nodes, c.name), Real: filepath.Join(nodes, c.name), Staged: true}, granted)
+		if err != nil || !owned || id != c.want {
+			t.Errorf("%s without a WWID: %q, owned %v, %v; want %q", c.name, id, owned, err, c.want)
+		}
+	}
+}

@@ -146,6 +146,38 @@ func (s Sysfs) DiskPortal(block string) (portal netip.AddrPort, ok bool, err err
 	return portal, true, nil
 }
 
+// DiskTarget returns the portal, target IQN and LUN of the iSCSI disk
+// block (its kernel name, sdX); ok is false where sysfs does not show all
+// three.
+func (s Sysfs) DiskTarget(block string) (portal netip.AddrPort, iqn string, lun int, ok bool) {
+	link, err := os.Readlink(s.path("class", "block", block))
+	if err != nil {
+		return netip.AddrPort{}, "", 0, false
+	}
+	_, rest, found := strings.Cut(link, "/session")
+	if !found {
+		return netip.AddrPort{}, "", 0, false
+	}
+	id, _, _ := strings.Cut(rest, "/")
+	n, err := strconv.Atoi(id)
+	if err != nil {
+		return netip.AddrPort{}, "", 0, false
+	}
+	// .../sessionN/targetH:C:T/H:C:T:L/block/sdX
+	hctl := filepath.Base(filepath.Dir(filepath.Dir(link)))
+	if lun, ok = parseHCTL(hctl); !ok {
+		return netip.AddrPort{}, "", 0, false
+	}
+	if _, portal, err = s.portal(n); err != nil {
+		return netip.AddrPort{}, "", 0, false
+	}
+	iqn, err = readAttr(s.path("class", "iscsi_session", "session"+id), "targetname")
+	if err != nil || iqn == "" {
+		return netip.AddrPort{}, "", 0, false
+	}
+	return portal, iqn, lun, true
+}
+
 // WWID returns a SCSI disk's world-wide identifier (device/wwid, e.g. the
 // naa. name a LIO backstore carries), "" where the kernel shows none.
 func (s Sysfs) WWID(block string) string {

@@ -306,8 +306,9 @@ func Resize(ctx context.Context, dev string) (int64, error) {
 
 // Detach unbinds dev from its backing file (LOOP_CLR_FD). A device that is
 // already free, or whose node does not exist, is not an error. A device that
-// is mounted or otherwise held exclusively is refused with
-// abi.FailedPrecondition, so a volume in use is never pulled away. When a
+// is mounted or otherwise held exclusively (still after busyWait) is
+// refused with abi.FailedPrecondition, so a volume in use is never pulled
+// away. When a
 // process holds the device open without a claim (a probe, a reader), the
 // kernel unbinds it on that last close; Detach waits for that a short while
 // (at most 2 s, less if ctx ends first) and then succeeds either way.
@@ -332,6 +333,13 @@ func DetachBound(ctx context.Context, d Device) error {
 		return nil
 	})
 }
+
+// busyWait bounds how long Detach waits for an exclusive claim on the
+// device to end before it answers that the device is in use.
+const (
+	busyWait = time.Second
+	busyPoll = 50 * time.Millisecond
+)
 
 // errUnbound is what a grant answers for a device it finds unbound.
 var errUnbound = errors.New("not bound")
@@ -363,8 +371,19 @@ func detach(ctx context.Context, dev string, grant func(Device) error) error {
 		}
 	}
 	// O_EXCL on a block device claims it: this fails with EBUSY while a
-	// filesystem is mounted on it or device-mapper holds it.
+	// filesystem is mounted on it or device-mapper holds it. A claim that
+	// ends within a moment is waited for (busyWait): a filesystem the
+	// caller just unmounted may let go of its device a little after the
+	// unmount returned, when a concurrent lookup held the last reference
+	// to the mount, and a probe (mkfs, fsck) may hold it briefly.
 	fd, err := openNode(dev, unix.O_RDONLY|unix.O_EXCL)
+	for wait := time.Duration(0); errors.Is(err, unix.EBUSY) && wait < busyWait && ctx.Err() == nil; wait += busyPoll {
+		select {
+		case <-ctx.Done():
+		case <-time.After(busyPoll):
+		}
+		fd, err = openNode(dev, unix.O_RDONLY|unix.O_EXCL)
+	}
 	switch {
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENXIO):
 		return nil

@@ -380,6 +380,28 @@ func TestDetachRefusesDeviceInUse(t *testing.T) {
 	}
 }
 
+// TestDetachWaitsForABriefClaim: an exclusive claim that ends a moment
+// after Detach began (a filesystem letting go of its device just after
+// its unmount returned, a probe) does not fail the detach.
+func TestDetachWaitsForABriefClaim(t *testing.T) {
+	looptest.Require(t)
+	ctx := context.Background()
+	file := looptest.SparseFile(t, 4*mib)
+	d := attach(t, file, loop.Options{})
+	holder, err := os.OpenFile(d.Path, os.O_RDONLY|unix.O_EXCL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := time.AfterFunc(200*time.Millisecond, func() { holder.Close() })
+	defer released.Stop()
+	if err := loop.Detach(ctx, d.Path); err != nil {
+		t.Fatalf("detach while a claim ends within 200 ms: %v", err)
+	}
+	if found, ok, _ := loop.Find(ctx, file); ok && !found.AutoClear {
+		t.Fatalf("after detach: %+v still bound", found)
+	}
+}
+
 func TestDetachWhileOpenedElsewhere(t *testing.T) {
 	looptest.Require(t)
 	ctx := context.Background()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -51,7 +52,9 @@ func (n *Node) ConfineDevice(ctx context.Context, who string, roots []string, de
 // a disk) still counts: the identity tells the volume's device.
 func (n *Node) StagedDevice(ctx context.Context, who string, roots []string, dev, identity string) bool {
 	_, id, err := n.confineDevice(ctx, who, roots, hostcalls.Device{Path: dev, Staged: true})
-	return err == nil && id == identity
+	// A disk staged before iSCSI disks without a WWID had an identity of
+	// their own ("lun:…") was recorded with none: its record still counts.
+	return err == nil && (id == identity || identity == "" && strings.HasPrefix(id, "lun:"))
 }
 
 func (n *Node) confineDevice(ctx context.Context, who string, roots []string, d hostcalls.Device) (path, identity string, err error) {

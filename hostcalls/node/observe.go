@@ -206,12 +206,17 @@ func (n *Node) OwnedMount(ctx context.Context, roots []string, path, localID str
 	return real, false, nil
 }
 
-// namedFor reports whether the last element of p is localID, alone or
-// with one extension.
+// namedFor reports whether the last element of p is localID, alone (a
+// folder) or as an image file ("<id>.img"). Any other extension is not
+// the volume's: a local ID may hold dots, so "a.b" is volume "a.b"'s and
+// never volume "a"'s, and "<id>.snap" is a snapshot's.
 func namedFor(p, localID string) bool {
 	base := filepath.Base(p)
-	return localID != "" && (base == localID || strings.TrimSuffix(base, filepath.Ext(base)) == localID)
+	return localID != "" && (base == localID || base == localID+imageSuffix)
 }
+
+// imageSuffix ends the name of a volume's image file in a file pool.
+const imageSuffix = ".img"
 
 // BindOf reports whether path is a mount point showing dir itself (the
 // same inode on the same filesystem): a bind of dir.

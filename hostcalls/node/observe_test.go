@@ -47,3 +47,27 @@ func TestOwnedMountDeviceCheckFails(t *testing.T) {
 		t.Errorf("a device the grants refuse: %q, owned %v, %v; want not owned", real, owned, err)
 	}
 }
+
+// TestNamedFor: a mount or loop file is a volume's only when named for its
+// local ID exactly, or as its image file; another ID that merely starts
+// with it (local IDs may hold dots) or a snapshot's file is not.
+func TestNamedFor(t *testing.T) {
+	for _, c := range []struct {
+		path, id string
+		want     bool
+	}{
+		{"/pool/v1", "v1", true},
+		{"/pool/v1.img", "v1", true},
+		{"/pool/a.b", "a", false},
+		{"/pool/a.b", "a.b", true},
+		{"/pool/a.b.img", "a.b", true},
+		{"/pool/a.b.img", "a", false},
+		{"/pool/v1.snap", "v1", false},
+		{"/pool/v1", "", false},
+		{"/pool/v10", "v1", false},
+	} {
+		if got := namedFor(c.path, c.id); got != c.want {
+			t.Errorf("namedFor(%q, %q) = %v, want %v", c.path, c.id, got, c.want)
+		}
+	}
+}
