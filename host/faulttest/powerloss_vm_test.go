@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -18,8 +19,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
 	"github.com/wasmcsi/wasmcsi/host/internal/daemontest"
 	"github.com/wasmcsi/wasmcsi/host/internal/logwrites"
+	"github.com/wasmcsi/wasmcsi/hostcalls/dm"
+	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 )
 
 // EnvPoints sets how many durable points the power-loss test checks,
@@ -35,8 +39,15 @@ const (
 
 const (
 	lwName    = "wasmcsi-faults-lw"
-	diskBytes = 192 << 20
-	logBytes  = 1 << 30
+	diskBytes = 320 << 20
+	// plThinPrefix names the power-loss tier's thin pool and its volumes;
+	// the pool's data and metadata are files in the module's state folder,
+	// on the logged filesystem with everything else.
+	plThinPrefix   = "wasmcsi-vmt-pl-"
+	plThinData     = "pool-data"
+	plThinMeta     = "pool-meta"
+	plThinDataSize = "96Mi"
+	logBytes       = 1 << 30
 	// cleanupEvery: every n-th checked point (and the last) also starts
 	// the daemon a second time to see its replay converged, deletes
 	// everything through CSI and looks for what is left behind.
@@ -53,7 +64,7 @@ type state struct {
 	sources map[string]*source // volume name -> the data a clone or restore must hold
 }
 
-type snap struct{ name, id, source, token string }
+type snap struct{ name, id, source, token, group string }
 
 // source is what a copied volume holds when whole: its source's data.
 type source struct{ token string }
@@ -177,6 +188,78 @@ func (p *powerLoss) expand(volName string, size int64) {
 	})
 }
 
+// nodeExpand grows the published volume's filesystem to its new size,
+// as the CO does after a ControllerExpandVolume that asks for it.
+func (p *powerLoss) nodeExpand(volName string) {
+	v := p.cur.vols[volName]
+	p.do("node expand "+volName, volName, func(c context.Context) error {
+		_, err := p.d.Node().NodeExpandVolume(c, &csi.NodeExpandVolumeRequest{VolumeId: v.id, VolumePath: target(p.node, v),
+			StagingTargetPath: staging(p.node, v), CapacityRange: &csi.CapacityRange{RequiredBytes: v.capacity}, VolumeCapability: v.capability()})
+		return err
+	})
+}
+
+// modify changes a mutable parameter of the volume.
+func (p *powerLoss) modify(volName string, params map[string]string) {
+	v := p.cur.vols[volName]
+	p.do("modify "+volName, volName, func(c context.Context) error {
+		_, err := p.d.Controller().ControllerModifyVolume(c, &csi.ControllerModifyVolumeRequest{VolumeId: v.id, MutableParameters: params})
+		return err
+	})
+}
+
+// groupSnapshot cuts one snapshot of each volume at one point; its
+// members are snapshots named "<group>/<volume>".
+func (p *powerLoss) groupSnapshot(name string, volNames ...string) {
+	p.names[name] = true
+	var ids []string
+	for _, n := range volNames {
+		ids = append(ids, p.cur.vols[n].id)
+	}
+	p.do("group snapshot "+name, "", func(c context.Context) error {
+		resp, err := p.d.Group().CreateVolumeGroupSnapshot(c, &csi.CreateVolumeGroupSnapshotRequest{Name: name, SourceVolumeIds: ids})
+		if err != nil {
+			return err
+		}
+		g := resp.GetGroupSnapshot()
+		for _, m := range g.GetSnapshots() {
+			for _, n := range volNames {
+				if v := p.cur.vols[n]; v.id == m.GetSourceVolumeId() {
+					p.cur.snaps[name+"/"+n] = &snap{name: name + "/" + n, id: m.GetSnapshotId(), source: n, token: v.token, group: g.GetGroupSnapshotId()}
+				}
+			}
+		}
+		if len(g.GetSnapshots()) != len(volNames) {
+			return fmt.Errorf("group snapshot of %d volumes has %d members", len(volNames), len(g.GetSnapshots()))
+		}
+		return nil
+	})
+}
+
+// deleteGroup deletes a group snapshot and its members.
+func (p *powerLoss) deleteGroup(name string) {
+	var gid string
+	var members []string
+	for _, s := range p.cur.snaps {
+		if strings.HasPrefix(s.name, name+"/") {
+			gid = s.group
+			members = append(members, s.id)
+		}
+	}
+	p.do("delete group "+name, "", func(c context.Context) error {
+		if _, err := p.d.Group().DeleteVolumeGroupSnapshot(c, &csi.DeleteVolumeGroupSnapshotRequest{GroupSnapshotId: gid, SnapshotIds: members}); err != nil {
+			return err
+		}
+		for k, s := range p.cur.snaps {
+			if s.group == gid {
+				delete(p.cur.snaps, k)
+				p.cur.deleted[s.id] = "snapshot " + k
+			}
+		}
+		return nil
+	})
+}
+
 func (p *powerLoss) unpublishUnstage(volName string) {
 	v := p.cur.vols[volName]
 	p.do("unpublish+unstage "+volName, volName, func(c context.Context) error { return unpublishUnstage(c, p.d, p.node, v) })
@@ -220,11 +303,14 @@ func volSource(id string) *csi.VolumeContentSource {
 // restored, expanded, unpublished, unstaged; the snapshot deleted while
 // its restore lives, the clone deleted; a block volume on loopfile.
 func (p *powerLoss) script(r int) {
-	for _, b := range []string{"localdir", "loopfile"} {
+	for _, b := range []string{"localdir", "loopfile", "dmthin"} {
 		pre := fmt.Sprintf("r%d-%s-", r, b[:4])
 		size := int64(localdirBytes)
-		if b == "loopfile" {
+		switch b {
+		case "loopfile":
 			size = loopfileBytes
+		case "dmthin":
+			size = thinVolBytes
 		}
 		p.create(pre+"a", b, false, size, nil, "")
 		p.stagePublishWrite(pre+"a", pre+"a.1")
@@ -233,6 +319,9 @@ func (p *powerLoss) script(r int) {
 		p.create(pre+"clone", b, false, size, volSource(p.cur.vols[pre+"a"].id), pre+"a.2")
 		p.create(pre+"restore", b, false, size, snapSource(p.cur.snaps[pre+"s"].id), pre+"a.1")
 		p.expand(pre+"a", size+8<<20)
+		if b != "localdir" {
+			p.nodeExpand(pre + "a")
+		}
 		p.unpublishUnstage(pre + "a")
 		p.deleteSnapshot(pre + "s")
 		p.stagePublishWrite(pre+"restore", pre+"restore.1")
@@ -240,18 +329,39 @@ func (p *powerLoss) script(r int) {
 		p.deleteVolume(pre + "clone")
 	}
 	pre := fmt.Sprintf("r%d-", r)
+	// A mutable parameter changed; a group snapshot across two backends,
+	// a volume restored from one of its members, the group deleted while
+	// the restore lives.
+	p.modify(pre+"loop-a", map[string]string{"prealloc": "true"})
+	p.groupSnapshot(pre+"g", pre+"loop-a", pre+"dmth-a")
+	p.create(pre+"g-restore", "dmthin", false, thinVolBytes+8<<20, snapSource(p.cur.snaps[pre+"g/"+pre+"dmth-a"].id), p.cur.snaps[pre+"g/"+pre+"dmth-a"].token)
+	p.deleteGroup(pre + "g")
+	p.deleteVolume(pre + "g-restore")
 	p.create(pre+"blk", "loopfile", true, loopfileBytes, nil, "")
 	p.stagePublishWrite(pre+"blk", pre+"blk.1")
 	p.snapshot(pre+"blk-s", pre+"blk")
 	p.write(pre+"blk", pre+"blk.2")
 	p.unpublishUnstage(pre + "blk")
 	p.expand(pre+"blk", loopfileBytes+8<<20)
+	// A thin block volume: written, snapshotted, restored from it while
+	// the source is rewritten, expanded, the restore deleted.
+	p.create(pre+"tblk", "dmthin", true, thinVolBytes, nil, "")
+	p.stagePublishWrite(pre+"tblk", pre+"tblk.1")
+	p.snapshot(pre+"tblk-s", pre+"tblk")
+	p.write(pre+"tblk", pre+"tblk.2")
+	p.create(pre+"tblk-r", "dmthin", true, thinVolBytes, snapSource(p.cur.snaps[pre+"tblk-s"].id), pre+"tblk.1")
+	p.unpublishUnstage(pre + "tblk")
+	p.expand(pre+"tblk", thinVolBytes+8<<20)
+	p.deleteVolume(pre + "tblk-r")
 	if r > 0 {
 		// What the previous round kept goes now.
 		prev := fmt.Sprintf("r%d-", r-1)
 		p.deleteSnapshot(prev + "blk-s")
 		p.deleteVolume(prev + "blk")
 		p.deleteVolume(prev + "loca-a")
+		p.deleteSnapshot(prev + "tblk-s")
+		p.deleteVolume(prev + "tblk")
+		p.deleteVolume(prev + "dmth-a")
 	}
 }
 
@@ -277,12 +387,19 @@ func TestPowerLoss(t *testing.T) {
 			unmount(t, mnt)
 		}
 	})
+	// However the test ends: the thin devices and the pool go before the
+	// loop devices under them and the filesystem holding their files.
+	t.Cleanup(func() { removeThin(t) })
 
 	// The daemon's folder (state, pools, the CO's node paths) on the
 	// logged filesystem; its compilation cache stays outside.
 	tmp := os.Getenv("TMPDIR")
 	t.Setenv("TMPDIR", mnt)
-	dd := daemontest.New(t, daemontest.Options{LogFormat: "json", Modules: modules(t)})
+	mods := append(modules(t), daemontest.Module{Name: "dmthin", Wasm: moduletest.Build(t, "../../examples/dmthin", toolchain()),
+		HostCalls: dmthintest.HostCalls, Pool: true, Roots: []string{plThinPrefix, "/dev/mapper/" + plThinPrefix},
+		Config: map[string]string{"pool": plThinPrefix + "pool", "data_device": plThinData, "metadata_device": plThinMeta,
+			"data_size": plThinDataSize, "metadata_size": "4Mi"}})
+	dd := daemontest.New(t, daemontest.Options{LogFormat: "json", Modules: mods})
 	os.Setenv("TMPDIR", tmp)
 	p := &powerLoss{t: t, d: dd, node: filepath.Join(dd.Dir, "node"), names: map[string]bool{},
 		cur: &state{vols: map[string]*vol{}, snaps: map[string]*snap{}, deleted: map[string]string{}, sources: map[string]*source{}}}
@@ -303,7 +420,7 @@ func TestPowerLoss(t *testing.T) {
 	// The power cut: the daemon dies, the kernel's mounts go, the device
 	// goes away (its last mark updates the log's super).
 	dd.Kill(true)
-	daemontest.ReleaseUnder(t, dd.Dir)
+	releaseAll(t, dd.Dir)
 	unmount(t, mnt)
 	mounted = false
 	run(t, "dmsetup", "remove", lwName)
@@ -382,7 +499,10 @@ func TestPowerLoss(t *testing.T) {
 		}
 		an.where += ")"
 		full := i%cleanupEvery == cleanupEvery-1 || i == len(points)-1
+		pointStart := time.Now()
 		p.checkPoint(an, rf, checkImg, mnt, cur, inFlight, full)
+		t.Logf("%s: %d volumes, %d snapshots acknowledged; checked in %v (full %v)", an.where, len(cur.vols), len(cur.snaps),
+			time.Since(pointStart).Round(time.Millisecond), full)
 	}
 	t.Logf("checked %d points in %v", len(points), time.Since(checkStart).Round(time.Millisecond))
 	t.Log(an.report(len(points)))
@@ -407,7 +527,7 @@ func (p *powerLoss) checkPoint(an *anomalies, replay *os.File, checkImg, mnt str
 	}
 	defer func() {
 		p.d.Kill(true)
-		daemontest.ReleaseUnder(t, p.d.Dir)
+		releaseAll(t, p.d.Dir)
 		unmount(t, mnt)
 	}()
 	if _, err := os.Stat(p.d.Dir); err != nil {
@@ -443,13 +563,16 @@ func (p *powerLoss) checkPoint(an *anomalies, replay *os.File, checkImg, mnt str
 			an.add("capacity lost", fmt.Sprintf("%s: %d bytes listed, %d acknowledged", name, got.GetCapacityBytes(), v.capacity))
 		}
 	}
-	deleting := ""
+	deleting, deletingGroup := "", ""
 	if inFlight != nil && strings.HasPrefix(inFlight.what, "delete snapshot ") {
 		deleting = strings.TrimPrefix(inFlight.what, "delete snapshot ")
 	}
+	if inFlight != nil && strings.HasPrefix(inFlight.what, "delete group ") {
+		deletingGroup = strings.TrimPrefix(inFlight.what, "delete group ") + "/"
+	}
 	for name, s := range want.snaps {
 		got, ok := snaps[s.id]
-		if !ok && name == deleting {
+		if !ok && (name == deleting || deletingGroup != "" && strings.HasPrefix(name, deletingGroup)) {
 			continue // its deletion was under way at the cut
 		}
 		if !ok {
@@ -607,7 +730,22 @@ func (p *powerLoss) list() (map[string]*csi.Volume, map[string]*csi.Snapshot, er
 func (p *powerLoss) cleanupAll(an *anomalies, snaps map[string]*csi.Snapshot, vols map[string]*csi.Volume) {
 	c, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
-	for id := range snaps {
+	// A group's snapshots go with their group, as the spec wants.
+	groups := map[string][]string{}
+	for id, sn := range snaps {
+		if g := sn.GetGroupSnapshotId(); g != "" {
+			groups[g] = append(groups[g], id)
+		}
+	}
+	for g, members := range groups {
+		if _, err := p.d.Group().DeleteVolumeGroupSnapshot(c, &csi.DeleteVolumeGroupSnapshotRequest{GroupSnapshotId: g, SnapshotIds: members}); err != nil {
+			an.add("cleanup failed", fmt.Sprintf("DeleteVolumeGroupSnapshot %s: %v", g, err))
+		}
+	}
+	for id, sn := range snaps {
+		if sn.GetGroupSnapshotId() != "" {
+			continue
+		}
 		if _, err := p.d.Controller().DeleteSnapshot(c, &csi.DeleteSnapshotRequest{SnapshotId: id}); err != nil {
 			an.add("cleanup failed", fmt.Sprintf("DeleteSnapshot %s: %v", id, err))
 		}
@@ -636,14 +774,21 @@ func (p *powerLoss) cleanupAll(an *anomalies, snaps map[string]*csi.Snapshot, vo
 		pool := p.d.Pool(m.Name)
 		var left []string
 		filepath.WalkDir(pool, func(path string, e os.DirEntry, err error) error {
+			rel := strings.TrimPrefix(path, pool+"/")
+			if m.Name == "dmthin" && (rel == plThinData || rel == plThinMeta) {
+				return nil // the thin pool's own devices
+			}
 			if err == nil && path != pool {
-				left = append(left, strings.TrimPrefix(path, pool+"/"))
+				left = append(left, rel)
 			}
 			return nil
 		})
 		if len(left) > 0 {
 			an.add("orphaned", fmt.Sprintf("pool %s holds %v after deleting everything", m.Name, left))
 		}
+	}
+	if err := thinPoolEmpty(); err != nil {
+		an.add("orphaned", err.Error())
 	}
 	if ms, _ := daemontest.MountsUnder(p.node); len(ms) > 0 {
 		an.add("orphaned", fmt.Sprintf("mounts left: %v", ms))
@@ -749,4 +894,75 @@ func syncFS(dir string) error {
 	}
 	defer unix.Close(fd)
 	return unix.Syncfs(fd)
+}
+
+// removeThin removes the power-loss tier's device-mapper devices: the thin
+// devices first, the pool last.
+func removeThin(t testing.TB) {
+	m, err := dm.New(plThinPrefix)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	ctx := context.Background()
+	devs, err := m.List(ctx)
+	if err != nil {
+		t.Errorf("cleanup: list dm devices: %v", err)
+		return
+	}
+	for _, last := range []bool{false, true} {
+		for _, d := range devs {
+			if (d.Name == plThinPrefix+"pool") == last {
+				if err := m.Remove(ctx, d.Name); err != nil {
+					t.Errorf("cleanup: %v", err)
+				}
+			}
+		}
+	}
+}
+
+// releaseAll takes away what a dead daemon left in the kernel, as a power
+// cut does: its mounts, the thin devices and pool, the loop devices.
+func releaseAll(t testing.TB, dir string) {
+	ms, err := daemontest.MountsUnder(dir)
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
+	for _, m := range ms {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+			t.Errorf("cleanup: unmount %s: %v", m, err)
+		}
+	}
+	removeThin(t)
+	daemontest.ReleaseUnder(t, dir)
+}
+
+// thinPoolEmpty checks the thin pool holds nothing once every volume and
+// snapshot is deleted: no thin device active beside the pool, no data
+// block mapped.
+func thinPoolEmpty() error {
+	m, err := dm.New(plThinPrefix)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	devs, err := m.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list dm devices: %w", err)
+	}
+	for _, d := range devs {
+		if d.Name != plThinPrefix+"pool" {
+			return fmt.Errorf("thin device %s active after deleting everything", d.Name)
+		}
+	}
+	out, err := exec.Command("dmsetup", "status", plThinPrefix+"pool").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("dmsetup status: %v: %s", err, out)
+	}
+	// <start> <len> thin-pool <transaction> <meta used>/<total> <data used>/<total> ...
+	f := strings.Fields(string(out))
+	if len(f) < 6 || !strings.HasPrefix(f[5], "0/") {
+		return fmt.Errorf("thin pool after deleting everything: %s", strings.TrimSpace(string(out)))
+	}
+	return nil
 }

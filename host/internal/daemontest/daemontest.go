@@ -413,6 +413,9 @@ func (d *Daemon) Conn() *grpc.ClientConn { return d.conn }
 func (d *Daemon) Controller() csi.ControllerClient { return csi.NewControllerClient(d.conn) }
 func (d *Daemon) Node() csi.NodeClient             { return csi.NewNodeClient(d.conn) }
 
+// Group is a group controller client on the daemon's socket.
+func (d *Daemon) Group() csi.GroupControllerClient { return csi.NewGroupControllerClient(d.conn) }
+
 // Log returns the log lines of the current (or last) daemon process.
 func (d *Daemon) Log() []string {
 	f, err := os.Open(d.log)
