@@ -3,9 +3,13 @@
 // bash .ci/vm/test.sh ./host/faulttest), as root, on device-mapper targets
 // the host kernel may lack.
 //
-// The power-loss tier puts the daemon's state folder and its pools on a
-// dm-log-writes device, drives a workload of every controller and node
-// call through gRPC (the real wasmcsi binary, started by daemontest),
+// The power-loss tier puts the daemon's state folder and its pools (the
+// localdir and loopfile pools, and a dm-thin pool whose data and metadata
+// are files in the dmthin module's state folder) on a dm-log-writes
+// device, drives a workload of every controller and node call (create,
+// clone, restore, snapshot, group snapshot, expand on the controller and
+// the node, modify, stage, publish, the pod's writes, and the deletions)
+// through gRPC (the real wasmcsi binary, started by daemontest),
 // marks in the log where each call began and was answered, then replays
 // the log (host/internal/logwrites) to each flush and FUA entry, the
 // states a power cut could leave, starts the daemon on each and checks
