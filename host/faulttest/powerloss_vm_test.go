@@ -898,28 +898,7 @@ func syncFS(dir string) error {
 
 // removeThin removes the power-loss tier's device-mapper devices: the thin
 // devices first, the pool last.
-func removeThin(t testing.TB) {
-	m, err := dm.New(plThinPrefix)
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	ctx := context.Background()
-	devs, err := m.List(ctx)
-	if err != nil {
-		t.Errorf("cleanup: list dm devices: %v", err)
-		return
-	}
-	for _, last := range []bool{false, true} {
-		for _, d := range devs {
-			if (d.Name == plThinPrefix+"pool") == last {
-				if err := m.Remove(ctx, d.Name); err != nil {
-					t.Errorf("cleanup: %v", err)
-				}
-			}
-		}
-	}
-}
+func removeThin(t testing.TB) { dmthintest.RemoveAll(t, plThinPrefix, plThinPrefix+"pool") }
 
 // releaseAll takes away what a dead daemon left in the kernel, as a power
 // cut does: its mounts, the thin devices and pool, the loop devices.

@@ -160,6 +160,18 @@ func New(t testing.TB, name string, dataSize, metaSize int64) *Fixture {
 	return f
 }
 
+// RemoveAll removes every device-mapper device under prefix, thin devices
+// first and the pool last, and reports failures on t: the cleanup of a
+// test that made a pool of its own.
+func RemoveAll(t testing.TB, prefix, pool string) {
+	m, err := dm.New(prefix)
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+		return
+	}
+	removeAll(t, m, pool)
+}
+
 // removeAll removes every device under m's prefix: thin devices first, the
 // pool last.
 func removeAll(t testing.TB, m *dm.Mapper, pool string) {
