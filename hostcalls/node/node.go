@@ -9,6 +9,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/fs"
 )
 
 // Node is the seam. Its methods are safe for concurrent use; the host
@@ -23,6 +25,22 @@ import (
 type Node struct {
 	log    *slog.Logger
 	owners []hostcalls.DeviceOwner
+	// undoDir keeps the undo files of offline ext4 resizes (fs.GrowOffline);
+	// "" grows without them.
+	undoDir string
+}
+
+// SetUndoDir names the folder, on a filesystem that survives the daemon
+// (its state folder), where offline ext4 resizes keep their undo files so
+// that a resize cut off by a kill is rolled back by the next one.
+func (n *Node) SetUndoDir(dir string) { n.undoDir = dir }
+
+// growOffline grows the unmounted ext4 filesystem on dev to its device.
+func (n *Node) growOffline(ctx context.Context, dev string) error {
+	if n.undoDir == "" {
+		return fs.Grow(ctx, dev, "", fs.Ext4)
+	}
+	return fs.GrowOffline(ctx, dev, n.undoDir)
 }
 
 // New returns the seam; owners are the families that answer for the

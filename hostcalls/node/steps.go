@@ -100,7 +100,7 @@ func (n *Node) growToDevice(ctx context.Context, in *fs.Inspection, dev, fstype 
 		return true, nil
 	}
 	in.Close()
-	if err := fs.Grow(ctx, dev, "", fstype); err != nil {
+	if err := n.growOffline(ctx, dev); err != nil {
 		return false, fmt.Errorf("grow %s on %s to its device: %w", fstype, dev, err)
 	}
 	return false, nil
@@ -255,5 +255,8 @@ func (n *Node) Usage(path string) (Usage, error) {
 // GrowFS grows the filesystem on dev, mounted at mountPath ("" when it
 // is not mounted), to its device.
 func (n *Node) GrowFS(ctx context.Context, dev, mountPath, fstype string) error {
+	if mountPath == "" && fstype == fs.Ext4 {
+		return n.growOffline(ctx, dev)
+	}
 	return fs.Grow(ctx, dev, mountPath, fstype)
 }
