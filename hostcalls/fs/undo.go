@@ -2,7 +2,6 @@ package fs
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -11,33 +10,26 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// extUUID is the offset of the filesystem's UUID in the ext superblock.
-const extUUID = 104
-
 // GrowOffline grows the unmounted ext4 filesystem on device to fill the
 // device, so that a kill at any point leaves a filesystem the next call
 // can use. resize2fs rewrites group descriptors and the resize inode in
 // place and is not atomic: killed half-way it leaves a filesystem that
-// e2fsck's preen refuses ("Resize inode not valid"). So it runs with an
-// undo file in undoDir, named for the filesystem's UUID, removed once it
-// finished; a call that finds one left behind first rolls the unfinished
-// resize back with e2undo (which refuses an undo file that does not match
-// the filesystem, one changed since), then checks and grows again. The
-// device must already have its new size.
-func GrowOffline(ctx context.Context, device, undoDir string) error {
+// e2fsck's preen refuses ("Resize inode not valid"). So it runs with the
+// undo file undo (on another filesystem, one per volume: clones share
+// their source's UUID, so the file is the caller's to name), removed once
+// it finished; a call that finds it left behind first rolls the
+// unfinished resize back with e2undo (which refuses an undo file that does
+// not match the filesystem, one changed since), then checks and grows
+// again. The device must already have its new size.
+func GrowOffline(ctx context.Context, device, undo string) error {
 	if err := checkDevice(device); err != nil {
 		return fmt.Errorf("grow %s: %w", device, err)
 	}
-	uuid, err := ext4UUID(device)
-	if err != nil {
+	if err := os.MkdirAll(filepath.Dir(undo), 0o700); err != nil {
 		return fmt.Errorf("grow ext4 %s offline: %w", device, err)
 	}
-	if err := os.MkdirAll(undoDir, 0o700); err != nil {
-		return fmt.Errorf("grow ext4 %s offline: %w", device, err)
-	}
-	undo := filepath.Join(undoDir, uuid+".e2undo")
 	if _, err := os.Stat(undo); err == nil {
-		// A resize of this filesystem was cut off: undo what it wrote.
+		// A resize of this volume was cut off: undo what it wrote.
 		// e2undo refuses a file that does not match the filesystem (the
 		// resize had written nothing yet), which leaves it as it was.
 		if _, uerr := run(ctx, "e2undo", undo, device); uerr != nil && ctx.Err() != nil {
@@ -57,20 +49,6 @@ func GrowOffline(ctx context.Context, device, undoDir string) error {
 		return fmt.Errorf("grow ext4 %s offline: %w", device, err)
 	}
 	return nil
-}
-
-// ext4UUID reads the UUID of the ext filesystem on device, in hex.
-func ext4UUID(device string) (string, error) {
-	f, err := os.Open(device)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	b := make([]byte, 16)
-	if _, err := f.ReadAt(b, extSuperblockBytes+extUUID); err != nil {
-		return "", fmt.Errorf("read the superblock: %w", err)
-	}
-	return hex.EncodeToString(b), nil
 }
 
 // removeDurably removes path (gone already is fine) and syncs its folder,

@@ -10,8 +10,11 @@ package node
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -35,12 +38,15 @@ type Node struct {
 // that a resize cut off by a kill is rolled back by the next one.
 func (n *Node) SetUndoDir(dir string) { n.undoDir = dir }
 
-// growOffline grows the unmounted ext4 filesystem on dev to its device.
-func (n *Node) growOffline(ctx context.Context, dev string) error {
+// growOffline grows the unmounted ext4 filesystem on dev, to be mounted at
+// target, to its device. The undo file is named for target: the CO
+// retries a stage at the same path, and a volume's stages are serialized.
+func (n *Node) growOffline(ctx context.Context, dev, target string) error {
 	if n.undoDir == "" {
 		return fs.Grow(ctx, dev, "", fs.Ext4)
 	}
-	return fs.GrowOffline(ctx, dev, n.undoDir)
+	sum := sha256.Sum256([]byte(target))
+	return fs.GrowOffline(ctx, dev, filepath.Join(n.undoDir, hex.EncodeToString(sum[:16])+".e2undo"))
 }
 
 // New returns the seam; owners are the families that answer for the

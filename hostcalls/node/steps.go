@@ -56,7 +56,7 @@ func (n *Node) FormatAndMount(ctx context.Context, dev, target, fstype string, f
 	}
 	growMounted := false
 	if found != "" && !readOnly && !slices.Contains(flags, "ro") {
-		if growMounted, err = n.growToDevice(ctx, in, dev, fstype); err != nil {
+		if growMounted, err = n.growToDevice(ctx, in, dev, target, fstype); err != nil {
 			return err
 		}
 	}
@@ -90,7 +90,7 @@ func (n *Node) FormatAndMount(ctx context.Context, dev, target, fstype string, f
 // xfs and btrfs grow only mounted, so mounted reports that the caller must
 // grow after mounting. in is the device's inspection; an offline grow
 // closes it, as the tools want the device to themselves.
-func (n *Node) growToDevice(ctx context.Context, in *fs.Inspection, dev, fstype string) (mounted bool, err error) {
+func (n *Node) growToDevice(ctx context.Context, in *fs.Inspection, dev, target, fstype string) (mounted bool, err error) {
 	size := in.Size
 	if !in.SizeOK || size.Type != fstype || !size.Growable() {
 		return false, nil
@@ -100,7 +100,7 @@ func (n *Node) growToDevice(ctx context.Context, in *fs.Inspection, dev, fstype 
 		return true, nil
 	}
 	in.Close()
-	if err := n.growOffline(ctx, dev); err != nil {
+	if err := n.growOffline(ctx, dev, target); err != nil {
 		return false, fmt.Errorf("grow %s on %s to its device: %w", fstype, dev, err)
 	}
 	return false, nil
@@ -255,8 +255,5 @@ func (n *Node) Usage(path string) (Usage, error) {
 // GrowFS grows the filesystem on dev, mounted at mountPath ("" when it
 // is not mounted), to its device.
 func (n *Node) GrowFS(ctx context.Context, dev, mountPath, fstype string) error {
-	if mountPath == "" && fstype == fs.Ext4 {
-		return n.growOffline(ctx, dev)
-	}
 	return fs.Grow(ctx, dev, mountPath, fstype)
 }
