@@ -192,6 +192,10 @@ type LvmLv struct {
 	ReadOnly    bool     `wire:"13"`
 	Health      string   `wire:"14"`
 	Existed     bool     `wire:"15"` // create or snapshot found it made before
+	// ThinID is a thin LV's device id in its pool's metadata (the pool's
+	// device-mapper name is DMName(VG, ThinPool)+"-tpool"), by which the
+	// host reads its mapped and changed blocks.
+	ThinID uint32 `wire:"16"`
 }
 
 // LvmLvList is the answer of lvm_lv_list, in name order.

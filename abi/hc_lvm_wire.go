@@ -462,6 +462,7 @@ func (m *LvmLv) AppendWire(b []byte) []byte {
 	b = wire.AppendBool(b, 13, m.ReadOnly)
 	b = wire.AppendString(b, 14, m.Health)
 	b = wire.AppendBool(b, 15, m.Existed)
+	b = wire.AppendUint32(b, 16, m.ThinID)
 	return b
 }
 
@@ -510,6 +511,8 @@ func (m *LvmLv) decodeWire(d *wire.Decoder) error {
 			m.Health, err = d.String(typ)
 		case 15:
 			m.Existed, err = d.Bool(typ)
+		case 16:
+			m.ThinID, err = d.Uint32(typ)
 		default:
 			err = d.Skip(field, typ)
 		}

@@ -1,4 +1,4 @@
-package lvm
+package lvm_test
 
 import (
 	"context"
@@ -6,12 +6,14 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
+	"github.com/wasmcsi/wasmcsi/hostcalls/lvm"
+	"github.com/wasmcsi/wasmcsi/hostcalls/lvm/lvmfake"
 )
 
 // call runs host call name of bindings over f through the wire codec.
-func call(t *testing.T, f *fakeLVM, roots []string, name string, req, resp abi.Message) error {
+func call(t *testing.T, f *lvmfake.VG, roots []string, name string, req, resp abi.Message) error {
 	t.Helper()
-	for _, fn := range BindingsWith(f) {
+	for _, fn := range lvm.BindingsWith(f) {
 		if fn.Name != name {
 			continue
 		}
@@ -36,9 +38,9 @@ var bothRoots = []string{"lvm:vg0", "lvm:vg0:pool0"}
 // NOT_FOUND for it and changes nothing, a create of its name is refused
 // without touching it, and a listing leaves it out.
 func TestUntaggedLVInvisible(t *testing.T) {
-	f := newFake(t)
-	f.lvs["db"] = &fakeLV{name: "db", size: 64 << 20, active: true, tags: []string{"operator"}}
-	f.lvs["thin-op"] = &fakeLV{name: "thin-op", pool: "pool0", size: 64 << 20}
+	f := lvmfake.New(t)
+	f.LVs["db"] = &lvmfake.LV{Name: "db", Size: 64 << 20, Active: true, Tags: []string{"operator"}}
+	f.LVs["thin-op"] = &lvmfake.LV{Name: "thin-op", Pool: "pool0", Size: 64 << 20}
 	for _, name := range []string{"db", "thin-op"} {
 		for _, c := range []struct {
 			call string
@@ -61,11 +63,11 @@ func TestUntaggedLVInvisible(t *testing.T) {
 		}
 	}
 	for _, cmd := range []string{"lvcreate", "lvremove", "lvchange", "lvextend"} {
-		if n := f.ran(cmd); n != 0 {
-			t.Errorf("%d %s commands ran against untagged LVs: %v", n, cmd, f.commands)
+		if n := f.Ran(cmd); n != 0 {
+			t.Errorf("%d %s commands ran against untagged LVs: %v", n, cmd, f.Commands)
 		}
 	}
-	if f.lvs["db"].size != 64<<20 || !f.lvs["db"].active || f.lvs["thin-op"].size != 64<<20 {
+	if f.LVs["db"].Size != 64<<20 || !f.LVs["db"].Active || f.LVs["thin-op"].Size != 64<<20 {
 		t.Error("an untagged LV changed")
 	}
 	var made abi.LvmLv
@@ -84,7 +86,7 @@ func TestUntaggedLVInvisible(t *testing.T) {
 // Grants: a VG or pool no root names is PERMISSION_DENIED and nothing
 // runs; a thick grant does not cover the VG's thin pools, nor the reverse.
 func TestGrantsConfine(t *testing.T) {
-	f := newFake(t)
+	f := lvmfake.New(t)
 	cases := []struct {
 		roots []string
 		req   *abi.LvmCreateRequest
@@ -102,8 +104,8 @@ func TestGrantsConfine(t *testing.T) {
 	if err := call(t, f, []string{"lvm:vg1"}, abi.HostCallLvmVgStatus, &abi.LvmVgRequest{VG: "vg0"}, nil); abi.CodeOf(err) != abi.PermissionDenied {
 		t.Errorf("vg status of an ungranted VG: %v", err)
 	}
-	if len(f.commands) != 0 {
-		t.Errorf("commands ran: %v", f.commands)
+	if len(f.Commands) != 0 {
+		t.Errorf("commands ran: %v", f.Commands)
 	}
 	// A thin LV made under the pool's grant is out of reach of a module
 	// granted only the VG's thick LVs.
@@ -113,7 +115,7 @@ func TestGrantsConfine(t *testing.T) {
 	if err := call(t, f, []string{"lvm:vg0"}, abi.HostCallLvmLvRemove, &abi.LvmLvRequest{VG: "vg0", Name: "t"}, nil); abi.CodeOf(err) != abi.PermissionDenied {
 		t.Errorf("remove of a thin LV with only the thick grant: %v", err)
 	}
-	if _, ok := f.lvs["t"]; !ok {
+	if _, ok := f.LVs["t"]; !ok {
 		t.Error("the thin LV was removed")
 	}
 }
@@ -121,13 +123,13 @@ func TestGrantsConfine(t *testing.T) {
 // A thick LV beyond the VG's free space is RESOURCE_EXHAUSTED before lvm
 // creates anything; names and sizes LVM would refuse are INVALID_ARGUMENT.
 func TestCreateRefusals(t *testing.T) {
-	f := newFake(t)
+	f := lvmfake.New(t)
 	err := call(t, f, bothRoots, abi.HostCallLvmLvCreate, &abi.LvmCreateRequest{VG: "vg0", Name: "big", SizeBytes: 2 << 30}, nil)
 	if abi.CodeOf(err) != abi.ResourceExhausted {
 		t.Errorf("create beyond free space: %v", err)
 	}
-	if f.ran("lvcreate") != 0 || len(f.lvs) != 1 {
-		t.Errorf("something was created: %v", f.commands)
+	if f.Ran("lvcreate") != 0 || len(f.LVs) != 1 {
+		t.Errorf("something was created: %v", f.Commands)
 	}
 	for _, req := range []*abi.LvmCreateRequest{
 		{VG: "vg0", Name: "a/b", SizeBytes: 4096},
@@ -147,7 +149,7 @@ func TestCreateRefusals(t *testing.T) {
 // Create, repeat, snapshot as a larger writable copy, extend, remove: the
 // answers say what LVM made, and a repeat finds it.
 func TestLifecycle(t *testing.T) {
-	f := newFake(t)
+	f := lvmfake.New(t)
 	var lv abi.LvmLv
 	req := &abi.LvmCreateRequest{VG: "vg0", Name: "vol-a", SizeBytes: 10 << 20, ThinPool: "pool0", Activate: true}
 	if err := call(t, f, bothRoots, abi.HostCallLvmLvCreate, req, &lv); err != nil {
@@ -186,56 +188,5 @@ func TestLifecycle(t *testing.T) {
 	}
 	if pool.DataPercent != 1250 || pool.DataUsedBytes != 32<<20 || pool.MetadataUsedBytes != (4<<20)/100 {
 		t.Errorf("pool %+v", pool)
-	}
-}
-
-func TestClassify(t *testing.T) {
-	for msg, code := range map[string]abi.Code{
-		`  Volume group "vg0" has insufficient free space (3 extents): 25 required.`:           abi.ResourceExhausted,
-		`  Cannot create new thin volume, free space in thin pool vg0/pool reached threshold.`: abi.ResourceExhausted,
-		`  Failed to find logical volume "vg0/x"`:                                              abi.NotFound,
-		`  Volume group "vgx" not found` + "\n" + `  Cannot process volume group vgx`:          abi.NotFound,
-		`  Logical Volume "a" already exists in volume group "vg0"`:                            abi.AlreadyExists,
-		`  Logical volume vg0/a contains a filesystem in use.`:                                 abi.FailedPrecondition,
-		`  Logical volume vg0/a in use.`:                                                       abi.FailedPrecondition,
-		`  Something else went wrong.`:                                                         abi.Internal,
-	} {
-		if got := abi.CodeOf(classify("lvcreate", msg)); got != code {
-			t.Errorf("%q: %v, want %v", msg, got, code)
-		}
-	}
-}
-
-// The report as lvm 2.03 prints it.
-func TestParseReport(t *testing.T) {
-	out := []byte(`  {
-      "report": [
-          {
-              "lv": [
-                  {"vg_name":"vg0", "lv_name":"pool", "lv_uuid":"u1", "lv_size":"41943040", "pool_lv":"", "origin":"", "lv_tags":"", "lv_attr":"twi-aotz--", "lv_kernel_major":"253", "lv_kernel_minor":"2", "data_percent":"10.00", "metadata_percent":"11.23", "lv_metadata_size":"4194304", "lv_dm_path":"/dev/mapper/vg0-pool-tpool", "lv_health_status":"", "segtype":"thin-pool", "chunk_size":"65536"},
-                  {"vg_name":"vg0", "lv_name":"t1", "lv_uuid":"u2", "lv_size":"104857600", "pool_lv":"pool", "origin":"", "lv_tags":"wasmcsi.dev,k=v", "lv_attr":"Vwi-a-tz--", "lv_kernel_major":"253", "lv_kernel_minor":"4", "data_percent":"4.00", "metadata_percent":"", "lv_metadata_size":"", "lv_dm_path":"/dev/mapper/vg0-t1", "lv_health_status":"", "segtype":"thin", "chunk_size":"0"},
-                  {"vg_name":"vg0", "lv_name":"thick", "lv_uuid":"u3", "lv_size":"12582912", "pool_lv":"", "origin":"", "lv_tags":"", "lv_attr":"-wi-------", "lv_kernel_major":"-1", "lv_kernel_minor":"-1", "data_percent":"", "metadata_percent":"", "lv_metadata_size":"", "lv_dm_path":"", "lv_health_status":"", "segtype":"linear", "chunk_size":"0"}
-              ]
-          }
-      ]
-  }
-`)
-	lvs, err := parseLVs(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(lvs) != 3 {
-		t.Fatalf("%d rows", len(lvs))
-	}
-	p := lvs[0].poolStatus()
-	if !p.Active || p.DataPercent != 1000 || p.MetadataPercent != 1123 || p.DataUsedBytes != 4194304 || p.ChunkBytes != 65536 {
-		t.Errorf("pool %+v", p)
-	}
-	w := lvs[1].wire()
-	if !lvs[1].owned() || !w.Active || w.Major != 253 || w.Minor != 4 || w.MappedBytes != 4194304 || len(w.Tags) != 1 || w.ThinPool != "pool" {
-		t.Errorf("thin %+v", w)
-	}
-	if lvs[2].owned() || lvs[2].active() || lvs[2].wire().Path != "" {
-		t.Errorf("thick %+v", lvs[2])
 	}
 }

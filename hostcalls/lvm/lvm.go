@@ -57,7 +57,7 @@ func udevRunning() bool {
 
 // Run runs lvm with args after the command name (args[0]). Its standard
 // error becomes the error's message; the exit status decides the code
-// (see classify).
+// (see Classify).
 func (t Tool) Run(ctx context.Context, args ...string) ([]byte, error) {
 	if len(args) == 0 {
 		return nil, fmt.Errorf("lvm: no command")
@@ -84,7 +84,7 @@ func (t Tool) Run(ctx context.Context, args ...string) ([]byte, error) {
 	full = append(full, args[1:]...)
 	cmd := exec.CommandContext(ctx, path, full...)
 	// LVM warns about every inherited descriptor; the daemon holds many.
-	// Messages in English, whatever the daemon's locale: classify reads them.
+	// Messages in English, whatever the daemon's locale: Classify reads them.
 	cmd.Env = []string{"LVM_SUPPRESS_FD_WARNINGS=1", "LC_ALL=C", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.WaitDelay = 5 * time.Second
 	var stdout, stderr bytes.Buffer
@@ -101,12 +101,12 @@ func (t Tool) Run(ctx context.Context, args ...string) ([]byte, error) {
 	if !errors.As(err, &exit) {
 		return nil, fmt.Errorf("lvm %s: %w", args[0], err)
 	}
-	return nil, classify(args[0], msg)
+	return nil, Classify(args[0], msg)
 }
 
-// classify turns lvm's complaint into an error with the code it means.
+// Classify turns lvm's complaint into an error with the code it means.
 // LVM exits 5 for nearly every failure, so its message decides.
-func classify(cmd, msg string) error {
+func Classify(cmd, msg string) error {
 	lower := strings.ToLower(msg)
 	code := abi.Internal
 	switch {

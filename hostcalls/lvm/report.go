@@ -14,7 +14,7 @@ import (
 var (
 	lvFields = []string{"vg_name", "lv_name", "lv_uuid", "lv_size", "pool_lv", "origin", "lv_tags", "lv_attr",
 		"lv_kernel_major", "lv_kernel_minor", "data_percent", "metadata_percent", "lv_metadata_size",
-		"lv_dm_path", "lv_health_status", "segtype", "chunk_size"}
+		"lv_dm_path", "lv_health_status", "segtype", "chunk_size", "thin_id"}
 	vgFields = []string{"vg_name", "vg_size", "vg_free", "vg_extent_size", "pv_count", "vg_missing_pv_count"}
 )
 
@@ -43,6 +43,7 @@ type lvRow struct {
 	Tags                                                        []string
 	Size, MetadataSize, Chunk                                   int64
 	Major, Minor                                                int64 // -1 when inactive
+	ThinID                                                      int64
 	DataPercent, MetaPercent                                    float64
 }
 
@@ -72,6 +73,7 @@ func parseLV(m map[string]string) (lvRow, error) {
 	num("chunk_size", &r.Chunk, 0)
 	num("lv_kernel_major", &r.Major, -1)
 	num("lv_kernel_minor", &r.Minor, -1)
+	num("thin_id", &r.ThinID, 0)
 	pct := func(key string, dst *float64) {
 		if err != nil {
 			return
@@ -117,7 +119,7 @@ func (r *lvRow) health() byte {
 // wire converts the row to the family's answer.
 func (r *lvRow) wire() abi.LvmLv {
 	out := abi.LvmLv{VG: r.VG, Name: r.Name, UUID: r.UUID, SizeBytes: r.Size, ThinPool: r.Pool, Origin: r.Origin,
-		ReadOnly: len(r.Attr) > 1 && r.Attr[1] == 'r', Health: r.Health}
+		ReadOnly: len(r.Attr) > 1 && r.Attr[1] == 'r', Health: r.Health, ThinID: uint32(r.ThinID)}
 	for _, t := range r.Tags {
 		if t != abi.LvmOwnerTag {
 			out.Tags = append(out.Tags, t)

@@ -1,4 +1,8 @@
-package lvm
+// Package lvmfake is a volume group in memory that answers the lvm
+// commands hostcalls/lvm runs as lvm does (JSON reports, messages,
+// failures), for tests of the family and of modules that use it. It must
+// never be imported by non-test code.
+package lvmfake
 
 import (
 	"context"
@@ -8,48 +12,51 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/wasmcsi/wasmcsi/hostcalls/lvm"
 )
 
-// fakeLVM is a volume group in memory that answers the lvm commands this
-// package runs, as lvm does (JSON reports, messages, exit failures), and
-// logs every command.
-type fakeLVM struct {
+// VG is one volume group with thin pool "pool0"; it logs every command.
+type VG struct {
 	t        *testing.T
 	vg       string
 	size     int64
 	extent   int64
-	lvs      map[string]*fakeLV
-	commands []string
+	LVs      map[string]*LV
+	Commands []string
 }
 
-type fakeLV struct {
-	name, pool, origin string
-	size               int64
-	tags               []string
-	active, skip, ro   bool
-	thinPool           bool
-	major, minor       int
+// LV is one LV of the fake.
+type LV struct {
+	Name, Pool, Origin string
+	Size               int64
+	Tags               []string
+	Active, Skip, RO   bool
+	ThinPool           bool
 }
 
-func newFake(t *testing.T) *fakeLVM {
-	f := &fakeLVM{t: t, vg: "vg0", size: 1 << 30, extent: 4 << 20, lvs: map[string]*fakeLV{}}
-	f.lvs["pool0"] = &fakeLV{name: "pool0", size: 256 << 20, thinPool: true, active: true}
+// New returns VG "vg0" of 1 GiB in 4 MiB extents with a 256 MiB thin pool "pool0".
+func New(t *testing.T) *VG {
+	f := &VG{t: t, vg: "vg0", size: 1 << 30, extent: 4 << 20, LVs: map[string]*LV{}}
+	f.LVs["pool0"] = &LV{Name: "pool0", Size: 256 << 20, ThinPool: true, Active: true}
 	return f
 }
 
-func (f *fakeLVM) free() int64 {
+// Free is the VG's free space.
+func (f *VG) Free() int64 {
 	used := int64(0)
-	for _, lv := range f.lvs {
-		if lv.pool == "" {
-			used += lv.size
+	for _, lv := range f.LVs {
+		if lv.Pool == "" {
+			used += lv.Size
 		}
 	}
 	return f.size - used
 }
 
-func (f *fakeLVM) ran(cmd string) int {
+// Ran counts the commands cmd run.
+func (f *VG) Ran(cmd string) int {
 	n := 0
-	for _, c := range f.commands {
+	for _, c := range f.Commands {
 		if strings.HasPrefix(c, cmd+" ") {
 			n++
 		}
@@ -57,8 +64,9 @@ func (f *fakeLVM) ran(cmd string) int {
 	return n
 }
 
-func (f *fakeLVM) Run(_ context.Context, args ...string) ([]byte, error) {
-	f.commands = append(f.commands, strings.Join(args, " "))
+// Run answers one lvm command.
+func (f *VG) Run(_ context.Context, args ...string) ([]byte, error) {
+	f.Commands = append(f.Commands, strings.Join(args, " "))
 	cmd, rest := args[0], args[1:]
 	var pos []string
 	opts := map[string][]string{}
@@ -80,13 +88,13 @@ func (f *fakeLVM) Run(_ context.Context, args ...string) ([]byte, error) {
 			}
 		}
 	}
-	fail := func(msg string) ([]byte, error) { return nil, classify(cmd, msg) }
-	target := func() (*fakeLV, string, bool) {
+	fail := func(msg string) ([]byte, error) { return nil, lvm.Classify(cmd, msg) }
+	target := func() (*LV, string, bool) {
 		vg, name, _ := strings.Cut(pos[0], "/")
 		if vg != f.vg {
 			return nil, "", false
 		}
-		lv, ok := f.lvs[name]
+		lv, ok := f.LVs[name]
 		return lv, name, ok
 	}
 	size := func(s string) int64 {
@@ -101,7 +109,7 @@ func (f *fakeLVM) Run(_ context.Context, args ...string) ([]byte, error) {
 		if pos[0] != f.vg {
 			return fail("  Volume group \"" + pos[0] + "\" not found")
 		}
-		return f.report("vg", []map[string]string{{"vg_name": f.vg, "vg_size": i64(f.size), "vg_free": i64(f.free()),
+		return f.report("vg", []map[string]string{{"vg_name": f.vg, "vg_size": i64(f.size), "vg_free": i64(f.Free()),
 			"vg_extent_size": i64(f.extent), "pv_count": "1", "vg_missing_pv_count": "0"}})
 	case "lvs":
 		var out []map[string]string
@@ -115,85 +123,85 @@ func (f *fakeLVM) Run(_ context.Context, args ...string) ([]byte, error) {
 			if pos[0] != f.vg {
 				return fail("  Volume group \"" + pos[0] + "\" not found")
 			}
-			for _, n := range slices.Sorted(maps.Keys(f.lvs)) {
-				out = append(out, f.row(f.lvs[n]))
+			for _, n := range slices.Sorted(maps.Keys(f.LVs)) {
+				out = append(out, f.row(f.LVs[n]))
 			}
 		}
 		return f.report("lv", out)
 	case "lvcreate":
 		name := opts["-n"][0]
-		if _, ok := f.lvs[name]; ok {
+		if _, ok := f.LVs[name]; ok {
 			return fail("  Logical Volume \"" + name + "\" already exists in volume group \"" + f.vg + "\"")
 		}
-		lv := &fakeLV{name: name, tags: opts["--addtag"], active: true}
+		lv := &LV{Name: name, Tags: opts["--addtag"], Active: true}
 		if _, snap := opts["-s"]; snap {
 			origin, _, ok := target()
 			if !ok {
 				return fail("  Failed to find logical volume")
 			}
-			lv.pool, lv.origin, lv.size = origin.pool, origin.name, origin.size
-			lv.skip = slices.Contains(opts["-k"], "y")
-			lv.ro = slices.Contains(opts["-p"], "r")
+			lv.Pool, lv.Origin, lv.Size = origin.Pool, origin.Name, origin.Size
+			lv.Skip = slices.Contains(opts["-k"], "y")
+			lv.RO = slices.Contains(opts["-p"], "r")
 		} else if v := opts["-V"]; len(v) > 0 {
-			lv.pool, lv.size = opts["--thinpool"][0], size(v[0])
+			lv.Pool, lv.Size = opts["--thinpool"][0], size(v[0])
 		} else {
-			lv.size = size(opts["-L"][0])
-			if lv.size > f.free() {
+			lv.Size = size(opts["-L"][0])
+			if lv.Size > f.Free() {
 				return fail("  Volume group \"" + f.vg + "\" has insufficient free space (1 extents): 100 required.")
 			}
 		}
-		lv.active = !slices.Contains(opts["-a"], "n") && !lv.skip
-		f.lvs[name] = lv
+		lv.Active = !slices.Contains(opts["-a"], "n") && !lv.Skip
+		f.LVs[name] = lv
 	case "lvremove":
 		lv, name, ok := target()
 		if !ok {
 			return fail("  Failed to find logical volume \"" + f.vg + "/" + name + "\"")
 		}
-		delete(f.lvs, lv.name)
+		delete(f.LVs, lv.Name)
 	case "lvchange":
 		lv, _, ok := target()
 		if !ok {
 			return fail("  Failed to find logical volume")
 		}
-		lv.active = slices.Contains(opts["-a"], "y")
+		lv.Active = slices.Contains(opts["-a"], "y")
 	case "lvextend":
 		lv, _, ok := target()
 		if !ok {
 			return fail("  Failed to find logical volume")
 		}
-		lv.size = size(opts["-L"][0])
+		lv.Size = size(opts["-L"][0])
 	default:
 		f.t.Fatalf("unexpected lvm command %v", args)
 	}
 	return nil, nil
 }
 
-func (f *fakeLVM) row(lv *fakeLV) map[string]string {
+func (f *VG) row(lv *LV) map[string]string {
 	attr := []byte("-wi------")
-	if lv.thinPool {
+	if lv.ThinPool {
 		attr = []byte("twi-a-tz-")
-	} else if lv.pool != "" {
+	} else if lv.Pool != "" {
 		attr = []byte("Vwi---tz-")
 	}
-	if lv.ro {
+	if lv.RO {
 		attr[1] = 'r'
 	}
-	r := map[string]string{"vg_name": f.vg, "lv_name": lv.name, "lv_uuid": "uuid-" + lv.name, "lv_size": i64(lv.size),
-		"pool_lv": lv.pool, "origin": lv.origin, "lv_tags": strings.Join(lv.tags, ","), "lv_kernel_major": "-1", "lv_kernel_minor": "-1",
+	r := map[string]string{"vg_name": f.vg, "lv_name": lv.Name, "lv_uuid": "uuid-" + lv.Name, "lv_size": i64(lv.Size),
+		"pool_lv": lv.Pool, "origin": lv.Origin, "lv_tags": strings.Join(lv.Tags, ","), "lv_kernel_major": "-1", "lv_kernel_minor": "-1",
 		"segtype": "linear"}
-	if lv.thinPool {
+	if lv.ThinPool {
 		r["segtype"], r["data_percent"], r["metadata_percent"], r["lv_metadata_size"] = "thin-pool", "12.50", "1.00", i64(4<<20)
 	}
-	if lv.active {
+	if lv.Active {
 		attr[4] = 'a'
-		r["lv_kernel_major"], r["lv_kernel_minor"] = "253", strconv.Itoa(len(lv.name))
-		r["lv_dm_path"] = "/dev/mapper/" + DMName(f.vg, lv.name)
+		r["lv_kernel_major"], r["lv_kernel_minor"] = "253", strconv.Itoa(len(lv.Name))
+		r["lv_dm_path"] = "/dev/mapper/" + lvm.DMName(f.vg, lv.Name)
 	}
 	r["lv_attr"] = string(attr)
 	return r
 }
 
-func (f *fakeLVM) report(kind string, rows []map[string]string) ([]byte, error) {
+func (f *VG) report(kind string, rows []map[string]string) ([]byte, error) {
 	if rows == nil {
 		rows = []map[string]string{}
 	}
