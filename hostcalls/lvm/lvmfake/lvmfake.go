@@ -24,6 +24,11 @@ type VG struct {
 	extent   int64
 	LVs      map[string]*LV
 	Commands []string
+	// PoolData and PoolMetadata are the thin pools' data_percent and
+	// metadata_percent as lvs prints them; PoolHealth is the ninth
+	// lv_attr letter of the pools ('-', 'D', 'M', 'F').
+	PoolData, PoolMetadata string
+	PoolHealth             byte
 }
 
 // LV is one LV of the fake.
@@ -37,7 +42,7 @@ type LV struct {
 
 // New returns VG "vg0" of 1 GiB in 4 MiB extents with a 256 MiB thin pool "pool0".
 func New(t *testing.T) *VG {
-	f := &VG{t: t, vg: "vg0", size: 1 << 30, extent: 4 << 20, LVs: map[string]*LV{}}
+	f := &VG{t: t, vg: "vg0", size: 1 << 30, extent: 4 << 20, LVs: map[string]*LV{}, PoolData: "12.50", PoolMetadata: "1.00", PoolHealth: '-'}
 	f.LVs["pool0"] = &LV{Name: "pool0", Size: 256 << 20, ThinPool: true, Active: true}
 	return f
 }
@@ -190,7 +195,8 @@ func (f *VG) row(lv *LV) map[string]string {
 		"pool_lv": lv.Pool, "origin": lv.Origin, "lv_tags": strings.Join(lv.Tags, ","), "lv_kernel_major": "-1", "lv_kernel_minor": "-1",
 		"segtype": "linear"}
 	if lv.ThinPool {
-		r["segtype"], r["data_percent"], r["metadata_percent"], r["lv_metadata_size"] = "thin-pool", "12.50", "1.00", i64(4<<20)
+		r["segtype"], r["data_percent"], r["metadata_percent"], r["lv_metadata_size"] = "thin-pool", f.PoolData, f.PoolMetadata, i64(4<<20)
+		attr[8] = f.PoolHealth
 	}
 	if lv.Active {
 		attr[4] = 'a'
