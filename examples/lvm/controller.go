@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/sdk"
 	"github.com/wasmcsi/wasmcsi/sdk/hostcall"
@@ -18,6 +20,66 @@ const (
 )
 
 func lvName(kind, name string) string { return kind + sdk.NameID(name, "x") }
+
+// nameTagPrefix starts the tag that keeps the CO's name of a volume or
+// snapshot on its LV, when the name fits LVM's tag characters (Kubernetes'
+// pvc-<uuid> and snapshot-<uuid> do): start-up's check of what no record
+// explains (list_owned) then tells a create that start-up could not finish
+// from a leftover.
+const nameTagPrefix = "wasmcsi.dev/name="
+
+func nameTags(name string) []string {
+	if len(name) > 900 {
+		return nil
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("_+.-/=!:&#", c) >= 0) {
+			return nil
+		}
+	}
+	return []string{nameTagPrefix + name}
+}
+
+// ListOwned lists the module's LVs in every device class's VG (the host
+// shows it no other): volumes and snapshots by their LV names, with the
+// context their delete needs and the CO's name from their tag.
+func (b *Backend) ListOwned(*abi.ListOwnedRequest) (*abi.ListOwnedResponse, error) {
+	if err := b.ready(); err != nil {
+		return nil, err
+	}
+	out := &abi.ListOwnedResponse{}
+	seen := map[string]bool{}
+	for _, n := range b.cfg.names {
+		vg := b.cfg.classes[n].vg
+		if seen[vg] {
+			continue
+		}
+		seen[vg] = true
+		list, err := hostcall.LvmLvList(&abi.LvmListRequest{VG: vg})
+		if err != nil {
+			return nil, wrap(err, "list the LVs of volume group ", vg)
+		}
+		for _, lv := range list.LVs {
+			snap := parseLocal(kindSnapshot, lv.Name)
+			if !snap && !parseLocal(kindVolume, lv.Name) {
+				continue
+			}
+			ctx := map[string]string{ctxVG: lv.VG, ctxNode: b.cfg.node}
+			if lv.ThinPool != "" {
+				ctx[ctxPool] = lv.ThinPool
+			}
+			it := abi.OwnedItem{LocalID: lv.Name, Snapshot: snap, Context: ctx, SizeBytes: lv.SizeBytes}
+			for _, t := range lv.Tags {
+				if strings.HasPrefix(t, nameTagPrefix) {
+					it.Name = t[len(nameTagPrefix):]
+				}
+			}
+			out.Items = append(out.Items, it)
+		}
+	}
+	return out, nil
+}
 
 // parseLocal checks a local ID of kind this module issued.
 func parseLocal(kind, id string) bool {
@@ -104,10 +166,11 @@ func (b *Backend) CreateVolume(req *abi.CreateVolumeRequest) (*abi.CreateVolumeR
 			return nil, err
 		}
 		if origin != "" {
-			lv, err = hostcall.LvmLvSnapshot(&abi.LvmSnapshotRequest{VG: cl.vg, Origin: origin, Name: name, Writable: true, SizeBytes: size})
+			lv, err = hostcall.LvmLvSnapshot(&abi.LvmSnapshotRequest{VG: cl.vg, Origin: origin, Name: name, Writable: true, SizeBytes: size,
+				Tags: nameTags(req.Name)})
 		} else {
 			lv, err = hostcall.LvmLvCreate(&abi.LvmCreateRequest{VG: cl.vg, Name: name, SizeBytes: size, ThinPool: cl.pool,
-				Stripes: cl.stripes, StripeBytes: cl.stripeBytes, Mirrors: cl.mirrors})
+				Stripes: cl.stripes, StripeBytes: cl.stripeBytes, Mirrors: cl.mirrors, Tags: nameTags(req.Name)})
 		}
 		if err != nil {
 			return nil, wrap(err, "create volume ", req.Name, " (LV ", cl.vg, "/", name, ", ", i64(size), " bytes, ", cl.where(), ")")
@@ -298,7 +361,7 @@ func (b *Backend) CreateSnapshot(req *abi.CreateSnapshotRequest) (*abi.CreateSna
 		return nil, errorf(abi.InvalidArgument, "volume ", src.LocalID, " is a thick LV of volume group ", loc.vg, ": only volumes of thin device classes have snapshots")
 	}
 	name := lvName(kindSnapshot, req.Name)
-	lv, err := hostcall.LvmLvSnapshot(&abi.LvmSnapshotRequest{VG: loc.vg, Origin: loc.lv, Name: name})
+	lv, err := hostcall.LvmLvSnapshot(&abi.LvmSnapshotRequest{VG: loc.vg, Origin: loc.lv, Name: name, Tags: nameTags(req.Name)})
 	if err != nil {
 		return nil, wrap(err, "snapshot volume ", src.LocalID, " as ", name)
 	}
