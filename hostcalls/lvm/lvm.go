@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls/dm"
 )
 
 // DefaultTimeout bounds one lvm command when the call's context has no
@@ -152,18 +153,12 @@ func oneLine(s string) string {
 }
 
 // Available reports whether this host can serve the family: the lvm tool
-// is installed and device-mapper is there (/dev/mapper/control).
+// is installed and the kernel has device-mapper (asked the way the dm
+// family asks, before any lvm command runs: lvm itself would make a
+// /dev/mapper/control node on a kernel without it).
 func Available() error {
 	if _, err := exec.LookPath("lvm"); err != nil {
 		return fmt.Errorf("the lvm2 tools are not installed (no lvm in PATH)")
 	}
-	if _, err := os.Stat("/dev/mapper/control"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("device-mapper: %w", err)
-	}
-	if _, err := os.Stat("/sys/module/dm_mod"); err != nil {
-		if _, cerr := os.Stat("/dev/mapper/control"); cerr != nil {
-			return fmt.Errorf("device-mapper is not available (no /dev/mapper/control; is dm_mod loaded?)")
-		}
-	}
-	return nil
+	return dm.Available()
 }
