@@ -99,8 +99,9 @@ type LvmPoolStatus struct {
 // left active when Activate is set, inactive otherwise.
 //
 // A tagged LV of that name already there is success (Existed), whatever its
-// size, which the answer tells; an untagged one is ALREADY_EXISTS and is
-// left alone. A thick LV larger than the VG's free space, or a thin LV in
+// size, which the answer tells, and is left active or not as it is (it may
+// be in use) but activated when Activate is set; an untagged one is
+// ALREADY_EXISTS and is left alone. A thick LV larger than the VG's free space, or a thin LV in
 // a pool whose data or metadata is full or read-only, is RESOURCE_EXHAUSTED
 // and nothing is created. INVALID_ARGUMENT for a name LVM refuses or a tag
 // outside LVM's tag characters.

@@ -60,10 +60,11 @@ func BindingsWith(run Runner) []hostcalls.Func {
 			return &lv, err
 		}),
 		hostcalls.Typed(Family, abi.HostCallLvmLvRemove, func(ctx context.Context, env *hostcalls.Env, req *abi.LvmLvRequest) (*abi.Empty, error) {
-			if _, err := lvOf(ctx, m, env, req.VG, req.Name); err != nil {
+			lv, err := lvOf(ctx, m, env, req.VG, req.Name)
+			if err != nil {
 				return nil, err
 			}
-			if err := m.Remove(ctx, req.VG, req.Name); err != nil {
+			if err := m.removeRow(ctx, lv); err != nil {
 				return nil, err
 			}
 			if env.Log != nil {
@@ -75,10 +76,11 @@ func BindingsWith(run Runner) []hostcalls.Func {
 			if req.SizeBytes <= 0 {
 				return nil, abi.Errorf(abi.InvalidArgument, "lvm: size %d bytes", req.SizeBytes)
 			}
-			if _, err := lvOf(ctx, m, env, req.VG, req.Name); err != nil {
+			row, err := lvOf(ctx, m, env, req.VG, req.Name)
+			if err != nil {
 				return nil, err
 			}
-			lv, err := m.Extend(ctx, req.VG, req.Name, req.SizeBytes)
+			lv, err := m.extendRow(ctx, row, req.SizeBytes)
 			return &lv, err
 		}),
 		hostcalls.Typed(Family, abi.HostCallLvmLvSnapshot, func(ctx context.Context, env *hostcalls.Env, req *abi.LvmSnapshotRequest) (*abi.LvmLv, error) {
@@ -95,17 +97,19 @@ func BindingsWith(run Runner) []hostcalls.Func {
 			return &lv, err
 		}),
 		hostcalls.Typed(Family, abi.HostCallLvmLvActivate, func(ctx context.Context, env *hostcalls.Env, req *abi.LvmLvRequest) (*abi.LvmLv, error) {
-			if _, err := lvOf(ctx, m, env, req.VG, req.Name); err != nil {
+			row, err := lvOf(ctx, m, env, req.VG, req.Name)
+			if err != nil {
 				return nil, err
 			}
-			lv, err := m.Activate(ctx, req.VG, req.Name)
+			lv, err := m.activateRow(ctx, row)
 			return &lv, err
 		}),
 		hostcalls.Typed(Family, abi.HostCallLvmLvDeactivate, func(ctx context.Context, env *hostcalls.Env, req *abi.LvmLvRequest) (*abi.Empty, error) {
-			if _, err := lvOf(ctx, m, env, req.VG, req.Name); err != nil {
+			row, err := lvOf(ctx, m, env, req.VG, req.Name)
+			if err != nil {
 				return nil, err
 			}
-			return &abi.Empty{}, m.Deactivate(ctx, req.VG, req.Name)
+			return &abi.Empty{}, m.deactivateRow(ctx, row)
 		}),
 		hostcalls.Typed(Family, abi.HostCallLvmLvStatus, func(ctx context.Context, env *hostcalls.Env, req *abi.LvmLvRequest) (*abi.LvmLv, error) {
 			lv, err := lvOf(ctx, m, env, req.VG, req.Name)

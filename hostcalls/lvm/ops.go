@@ -156,9 +156,14 @@ func (m Manager) Create(ctx context.Context, req *abi.LvmCreateRequest) (abi.Lvm
 			args = append(args, "--type", "raid1", "-m", strconv.Itoa(int(req.Mirrors)), "--nosync")
 		}
 	}
-	// Created active (zeroing and wiping need the device), deactivated
-	// after when asked.
-	args = append(args, "-a", "y")
+	// A thick LV is created active (zeroing and wiping need the device)
+	// and deactivated after when asked; a thin LV reads zeros where
+	// nothing was written and is created as asked.
+	if req.ThinPool != "" && !req.Activate {
+		args = append(args, "-a", "n")
+	} else {
+		args = append(args, "-a", "y")
+	}
 	args = append(args, tagArgs(req.Tags)...)
 	args = append(args, "--", req.VG)
 	if _, err := m.Run.Run(ctx, args...); err != nil {
@@ -170,7 +175,11 @@ func (m Manager) Create(ctx context.Context, req *abi.LvmCreateRequest) (abi.Lvm
 		}
 		return abi.LvmLv{}, err
 	}
-	return m.settle(ctx, req.VG, req.Name, req.Activate, false)
+	lv, err := m.Owned(ctx, req.VG, req.Name)
+	if err != nil {
+		return abi.LvmLv{}, err
+	}
+	return m.settle(ctx, lv, req.Activate, false)
 }
 
 // existing answers an LV a create or snapshot found already there.
@@ -178,19 +187,21 @@ func (m Manager) existing(ctx context.Context, lv lvRow, activate bool) (abi.Lvm
 	if !lv.owned() {
 		return abi.LvmLv{}, abi.Errorf(abi.AlreadyExists, "lvm: %s/%s exists and is not wasmcsi's (no tag %s): left alone", lv.VG, lv.Name, abi.LvmOwnerTag)
 	}
-	return m.settle(ctx, lv.VG, lv.Name, activate, true)
+	return m.settle(ctx, lv, activate, true)
 }
 
 // settle leaves a tagged LV active or not as asked and answers it.
-func (m Manager) settle(ctx context.Context, vg, name string, activate, existed bool) (abi.LvmLv, error) {
+func (m Manager) settle(ctx context.Context, lv lvRow, activate, existed bool) (abi.LvmLv, error) {
 	var out abi.LvmLv
 	var err error
 	if activate {
-		out, err = m.Activate(ctx, vg, name)
+		out, err = m.activateRow(ctx, lv)
+	} else if existed {
+		out = lv.wire() // in use perhaps: left as it is
 	} else {
-		if err = m.Deactivate(ctx, vg, name); err == nil {
-			out, err = m.Status(ctx, vg, name)
-		}
+		err = m.deactivateRow(ctx, lv)
+		out = lv.wire()
+		out.Active, out.Path, out.Major, out.Minor, out.MappedBytes = false, "", 0, 0, 0
 	}
 	out.Existed = existed
 	return out, err
@@ -231,15 +242,20 @@ func (m Manager) Activate(ctx context.Context, vg, name string) (abi.LvmLv, erro
 	if err != nil {
 		return abi.LvmLv{}, err
 	}
+	return m.activateRow(ctx, lv)
+}
+
+func (m Manager) activateRow(ctx context.Context, lv lvRow) (abi.LvmLv, error) {
 	if !lv.active() {
-		if _, err := m.Run.Run(ctx, "lvchange", "-a", "y", "-K", "--", vg+"/"+name); err != nil {
+		if _, err := m.Run.Run(ctx, "lvchange", "-a", "y", "-K", "--", lv.VG+"/"+lv.Name); err != nil {
 			return abi.LvmLv{}, err
 		}
-		if lv, err = m.Owned(ctx, vg, name); err != nil {
+		var err error
+		if lv, err = m.Owned(ctx, lv.VG, lv.Name); err != nil {
 			return abi.LvmLv{}, err
 		}
 		if !lv.active() {
-			return abi.LvmLv{}, abi.Errorf(abi.Internal, "lvm: %s/%s is not active after lvchange -ay", vg, name)
+			return abi.LvmLv{}, abi.Errorf(abi.Internal, "lvm: %s/%s is not active after lvchange -ay", lv.VG, lv.Name)
 		}
 	}
 	return lv.wire(), nil
@@ -251,19 +267,28 @@ func (m Manager) Deactivate(ctx context.Context, vg, name string) error {
 	if err != nil {
 		return err
 	}
+	return m.deactivateRow(ctx, lv)
+}
+
+func (m Manager) deactivateRow(ctx context.Context, lv lvRow) error {
 	if !lv.active() {
 		return nil
 	}
-	_, err = m.Run.Run(ctx, "lvchange", "-a", "n", "--", vg+"/"+name)
+	_, err := m.Run.Run(ctx, "lvchange", "-a", "n", "--", lv.VG+"/"+lv.Name)
 	return err
 }
 
 // Remove removes tagged LV name of vg.
 func (m Manager) Remove(ctx context.Context, vg, name string) error {
-	if _, err := m.Owned(ctx, vg, name); err != nil {
+	lv, err := m.Owned(ctx, vg, name)
+	if err != nil {
 		return err
 	}
-	_, err := m.Run.Run(ctx, "lvremove", "--yes", "--", vg+"/"+name)
+	return m.removeRow(ctx, lv)
+}
+
+func (m Manager) removeRow(ctx context.Context, lv lvRow) error {
+	_, err := m.Run.Run(ctx, "lvremove", "--yes", "--", lv.VG+"/"+lv.Name)
 	return err
 }
 
@@ -274,22 +299,26 @@ func (m Manager) Extend(ctx context.Context, vg, name string, size int64) (abi.L
 	if err != nil {
 		return abi.LvmLv{}, err
 	}
+	return m.extendRow(ctx, lv, size)
+}
+
+func (m Manager) extendRow(ctx context.Context, lv lvRow, size int64) (abi.LvmLv, error) {
 	if size <= lv.Size {
 		return lv.wire(), nil
 	}
 	if lv.Pool == "" {
-		v, err := m.VG(ctx, vg)
+		v, err := m.VG(ctx, lv.VG)
 		if err != nil {
 			return abi.LvmLv{}, err
 		}
 		if grow := roundUp(size, v.Extent) - lv.Size; grow > v.Free {
-			return abi.LvmLv{}, abi.Errorf(abi.ResourceExhausted, "lvm: volume group %s has %d bytes free, growing %s needs %d", vg, v.Free, name, grow)
+			return abi.LvmLv{}, abi.Errorf(abi.ResourceExhausted, "lvm: volume group %s has %d bytes free, growing %s needs %d", lv.VG, v.Free, lv.Name, grow)
 		}
 	}
-	if _, err := m.Run.Run(ctx, "lvextend", "-L", bytesArg(size), "--", vg+"/"+name); err != nil {
+	if _, err := m.Run.Run(ctx, "lvextend", "-L", bytesArg(size), "--", lv.VG+"/"+lv.Name); err != nil {
 		return abi.LvmLv{}, err
 	}
-	return m.Status(ctx, vg, name)
+	return m.Status(ctx, lv.VG, lv.Name)
 }
 
 // Snapshot makes req.Name a thin snapshot of req.Origin (see
@@ -298,7 +327,7 @@ func (m Manager) Snapshot(ctx context.Context, req *abi.LvmSnapshotRequest) (abi
 	if lv, ok, err := m.lookup(ctx, req.VG, req.Name); err != nil {
 		return abi.LvmLv{}, err
 	} else if ok {
-		out, err := m.existing(ctx, lv, req.Activate)
+		out, err := m.existing(ctx, lv, req.Activate && req.Writable)
 		if err != nil || req.SizeBytes <= out.SizeBytes {
 			return out, err
 		}
@@ -329,20 +358,22 @@ func (m Manager) Snapshot(ctx context.Context, req *abi.LvmSnapshotRequest) (abi
 	if _, err := m.Run.Run(ctx, args...); err != nil {
 		if abi.CodeOf(err) == abi.AlreadyExists {
 			if lv, ok, lerr := m.lookup(ctx, req.VG, req.Name); lerr == nil && ok {
-				return m.existing(ctx, lv, req.Activate)
+				return m.existing(ctx, lv, req.Activate && req.Writable)
 			}
 		}
 		return abi.LvmLv{}, err
 	}
+	lv, err := m.Owned(ctx, req.VG, req.Name)
+	if err != nil {
+		return abi.LvmLv{}, err
+	}
+	out := lv.wire()
 	if req.SizeBytes > origin.Size {
-		if _, err := m.Extend(ctx, req.VG, req.Name, req.SizeBytes); err != nil {
+		if out, err = m.extendRow(ctx, lv, req.SizeBytes); err != nil {
 			return abi.LvmLv{}, err
 		}
 	}
-	if req.Writable && req.Activate {
-		return m.Activate(ctx, req.VG, req.Name)
-	}
-	return m.Status(ctx, req.VG, req.Name)
+	return out, nil
 }
 
 // List answers the tagged LVs of vg that keep returns true for.
