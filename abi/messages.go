@@ -350,6 +350,29 @@ type HealthEntry struct {
 	Message string       `wire:"3"`
 }
 
+// ListOwnedRequest asks a module for every volume and snapshot its storage
+// holds (list_owned), for the host to find at start-up what no record
+// explains. It has no fields yet.
+type ListOwnedRequest struct{}
+
+// ListOwnedResponse lists what the module's storage holds, as the module
+// would answer it from create_volume or create_snapshot: the local ID, the
+// context its delete needs, and the CO's name when the storage keeps it
+// ("" when it does not).
+type ListOwnedResponse struct {
+	Items []OwnedItem `wire:"1"`
+}
+
+// OwnedItem is one volume or snapshot in a module's storage.
+type OwnedItem struct {
+	LocalID  string            `wire:"1"`
+	Snapshot bool              `wire:"2"`
+	Name     string            `wire:"3"`
+	Context  map[string]string `wire:"4"`
+	// SizeBytes is a volume's capacity or a snapshot's size.
+	SizeBytes int64 `wire:"5"`
+}
+
 // HealthResponse answers volume_health and storage_health; no entries
 // means healthy.
 type HealthResponse struct {

@@ -1399,6 +1399,124 @@ func (m *HealthEntry) decodeWire(d *wire.Decoder) error {
 }
 
 // AppendWire appends the wire encoding of m to b. Zero fields are omitted.
+func (m *ListOwnedRequest) AppendWire(b []byte) []byte {
+	return b
+}
+
+// UnmarshalWire sets m to the message encoded in b, skipping unknown fields.
+func (m *ListOwnedRequest) UnmarshalWire(b []byte) error {
+	d := wire.NewDecoder(b)
+	return m.decodeWire(&d)
+}
+
+// decodeWire is UnmarshalWire on a Decoder shared with the enclosing message.
+func (m *ListOwnedRequest) decodeWire(d *wire.Decoder) error {
+	*m = ListOwnedRequest{}
+	for !d.Done() {
+		field, typ, err := d.Next()
+		if err != nil {
+			return wire.Wrap("ListOwnedRequest", 0, err)
+		}
+		if err := d.Skip(field, typ); err != nil {
+			return wire.Wrap("ListOwnedRequest", field, err)
+		}
+	}
+	return nil
+}
+
+// AppendWire appends the wire encoding of m to b. Zero fields are omitted.
+func (m *ListOwnedResponse) AppendWire(b []byte) []byte {
+	if m == nil {
+		return b
+	}
+	var mark int
+	for i := range m.Items {
+		b, mark = wire.BeginMessage(b, 1)
+		b = wire.EndMessage(m.Items[i].AppendWire(b), mark)
+	}
+	return b
+}
+
+// UnmarshalWire sets m to the message encoded in b, skipping unknown fields.
+func (m *ListOwnedResponse) UnmarshalWire(b []byte) error {
+	d := wire.NewDecoder(b)
+	return m.decodeWire(&d)
+}
+
+// decodeWire is UnmarshalWire on a Decoder shared with the enclosing message.
+func (m *ListOwnedResponse) decodeWire(d *wire.Decoder) error {
+	*m = ListOwnedResponse{}
+	for !d.Done() {
+		field, typ, err := d.Next()
+		if err != nil {
+			return wire.Wrap("ListOwnedResponse", 0, err)
+		}
+		switch field {
+		case 1:
+			var sub wire.Decoder
+			if sub, err = d.Message(typ); err == nil {
+				m.Items = append(m.Items, OwnedItem{})
+				err = m.Items[len(m.Items)-1].decodeWire(&sub)
+			}
+		default:
+			err = d.Skip(field, typ)
+		}
+		if err != nil {
+			return wire.Wrap("ListOwnedResponse", field, err)
+		}
+	}
+	return nil
+}
+
+// AppendWire appends the wire encoding of m to b. Zero fields are omitted.
+func (m *OwnedItem) AppendWire(b []byte) []byte {
+	if m == nil {
+		return b
+	}
+	b = wire.AppendString(b, 1, m.LocalID)
+	b = wire.AppendBool(b, 2, m.Snapshot)
+	b = wire.AppendString(b, 3, m.Name)
+	b = wire.AppendStringMap(b, 4, m.Context)
+	b = wire.AppendInt64(b, 5, m.SizeBytes)
+	return b
+}
+
+// UnmarshalWire sets m to the message encoded in b, skipping unknown fields.
+func (m *OwnedItem) UnmarshalWire(b []byte) error {
+	d := wire.NewDecoder(b)
+	return m.decodeWire(&d)
+}
+
+// decodeWire is UnmarshalWire on a Decoder shared with the enclosing message.
+func (m *OwnedItem) decodeWire(d *wire.Decoder) error {
+	*m = OwnedItem{}
+	for !d.Done() {
+		field, typ, err := d.Next()
+		if err != nil {
+			return wire.Wrap("OwnedItem", 0, err)
+		}
+		switch field {
+		case 1:
+			m.LocalID, err = d.String(typ)
+		case 2:
+			m.Snapshot, err = d.Bool(typ)
+		case 3:
+			m.Name, err = d.String(typ)
+		case 4:
+			err = d.StringMapEntry(typ, &m.Context)
+		case 5:
+			m.SizeBytes, err = d.Int64(typ)
+		default:
+			err = d.Skip(field, typ)
+		}
+		if err != nil {
+			return wire.Wrap("OwnedItem", field, err)
+		}
+	}
+	return nil
+}
+
+// AppendWire appends the wire encoding of m to b. Zero fields are omitted.
 func (m *HealthResponse) AppendWire(b []byte) []byte {
 	if m == nil {
 		return b

@@ -40,6 +40,7 @@ const (
 	OpControllerUnpublish Op = "controller_unpublish"
 	OpVolumeHealth        Op = "volume_health"
 	OpModifyVolume        Op = "modify_volume"
+	OpListOwned           Op = "list_owned"
 
 	// Node.
 	OpNodeInfo      Op = "node_info"

@@ -17,6 +17,7 @@ var AllOps = []Op{
 	OpControllerUnpublish,
 	OpVolumeHealth,
 	OpModifyVolume,
+	OpListOwned,
 	OpNodeInfo,
 	OpNodeStage,
 	OpNodeUnstage,

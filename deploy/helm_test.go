@@ -284,3 +284,50 @@ func TestHelmChartValues(t *testing.T) {
 		t.Errorf("layout=other: %v", err)
 	}
 }
+
+// TestHelmChartLvm: the lvm backend is not granted by default (nothing of
+// it renders); granted, its grant reaches the daemon's configuration
+// without a pool folder, the daemon shares the host's LVM lock and
+// configuration folders, and its StorageClasses name their device class.
+func TestHelmChartLvm(t *testing.T) {
+	helm := helmBinary(t)
+	for _, granted := range []bool{false, true} {
+		var flags []string
+		if granted {
+			flags = []string{"--set-json", `nodeLocal.backends.lvm={"hostcalls":["lvm"],"pool":false,"extraRoots":["lvm:vg0","lvm:vg0:thin0"],` +
+				`"config":{"class.thick":"vg0","class.thin":"vg0/thin0","default_class":"thin"}}`}
+		}
+		objs := renderChart(t, helm, "storage", flags...)
+		spec := workloads(t, objs)["wasmcsi"]
+		daemon := spec.container(t, "wasmcsi")
+		_, lock := daemon.mountAt("/run/lock/lvm")
+		_, etc := daemon.mountAt("/etc/lvm")
+		v, hostLock := spec.volume("lvm-lock")
+		_, thin := find(objs, "StorageClass", "wasmcsi-lvm-thin")
+		_, thick := find(objs, "StorageClass", "wasmcsi-lvm-thick")
+		if lock != granted || etc != granted || hostLock != granted || thin != granted || thick != granted {
+			t.Errorf("lvm granted %v: lock mount %v, /etc/lvm mount %v, host lock folder %v, classes %v %v", granted, lock, etc, hostLock, thin, thick)
+		}
+		if granted && (v.HostPath == nil || v.HostPath.Path != "/run/lock/lvm") {
+			t.Errorf("lock volume %+v", v)
+		}
+		if !granted {
+			continue
+		}
+		l := layout{dir: "rendered", namespace: "storage", base: "/var/lib/wasmcsi", configMap: "wasmcsi-config"}
+		cfg := loadConfig(t, configMapYAML(t, l, objs, "config.yaml"), podEnviron(t, daemon))
+		m, ok := cfg.Modules["lvm"]
+		if !ok || strings.Join(m.Roots, " ") != "lvm:vg0 lvm:vg0:thin0" || m.Config["class.thin"] != "vg0/thin0" {
+			t.Errorf("lvm grant in the daemon's configuration: %+v", m)
+		}
+		var sc struct {
+			Parameters map[string]string `yaml:"parameters"`
+		}
+		o, _ := find(objs, "StorageClass", "wasmcsi-lvm-thin")
+		o.decode(t, &sc)
+		if sc.Parameters["deviceClass"] != "thin" || sc.Parameters["wasmcsi.dev/backend"] != "lvm" {
+			t.Errorf("wasmcsi-lvm-thin parameters %v", sc.Parameters)
+		}
+		checkInstalls(t, spec.container(t, "install-modules").Command, cfg)
+	}
+}

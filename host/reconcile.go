@@ -36,7 +36,9 @@ type Finding struct {
 	// "stage-lost" (kept for the CO's next NodeStage), "stale-stage" and
 	// "stale-publication" (records of nothing, dropped),
 	// "adopted-publication" (a publication recorded again from the mount
-	// table), "orphan-loop", "orphan-mount" (released with clean)
+	// table), "orphan-loop", "orphan-mount" (released with clean);
+	// "orphan-volume", "orphan-snapshot" (a module's storage no record
+	// names, owned.go: deleted through the module with clean)
 	Kind   string
 	Path   string
 	Detail string

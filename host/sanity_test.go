@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -14,6 +15,8 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
 	"github.com/wasmcsi/wasmcsi/examples/iscsi/iscsitest"
+	"github.com/wasmcsi/wasmcsi/examples/lvm/lvmmodule"
+	"github.com/wasmcsi/wasmcsi/hostcalls/lvm/lvmtest"
 	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 )
 
@@ -26,6 +29,7 @@ type sanityTarget struct {
 	params     map[string]string
 	mutable    map[string]string
 	size       int64
+	skip       []string
 }
 
 // sanityTargets lists the backends csi-sanity checks here, once per
@@ -45,7 +49,11 @@ func sanityTargets(t *testing.T) []sanityTarget {
 				continue
 			}
 			for _, access := range b.access {
-				name := fmt.Sprintf("%s/%s/%s", b.backend, tc, access)
+				label := b.backend
+				if b.variant != "" {
+					label += "-" + b.variant
+				}
+				name := fmt.Sprintf("%s/%s/%s", label, tc, access)
 				if !selected(name) {
 					continue
 				}
@@ -64,6 +72,7 @@ func sanityTargets(t *testing.T) []sanityTarget {
 					params:     b.params,
 					mutable:    b.mutable,
 					size:       b.size,
+					skip:       b.skip,
 				})
 			}
 		}
@@ -72,7 +81,9 @@ func sanityTargets(t *testing.T) []sanityTarget {
 }
 
 type sanityBackend struct {
-	backend   string
+	backend string
+	// variant tells targets of one backend apart (its device class).
+	variant   string
 	hostcalls []string
 	access    []string
 	params    map[string]string
@@ -80,6 +91,9 @@ type sanityBackend struct {
 	// ModifyVolume specs set on backends with mutable parameters.
 	mutable map[string]string
 	size    int64
+	// skip are regular expressions of csi-sanity specs left out for this
+	// target, matched against the spec's text after the target's name.
+	skip []string
 	// prepare, for backends of the VM tier, fills in the module file and
 	// its grants for one target, or reports false (having logged why) to
 	// leave the target out. Backends without it are built here and run
@@ -97,6 +111,36 @@ var sanityBackends = []sanityBackend{
 	{backend: "dmthin", hostcalls: dmthintest.HostCalls, access: []string{"mount", "block"}, size: 16 << 20, prepare: prepareDmthin},
 	{backend: "iscsi", hostcalls: iscsitest.HostCalls, access: []string{"mount", "block"}, size: 16 << 20, prepare: prepareIscsi,
 		mutable: map[string]string{"writeCache": "true"}},
+	// Each lvm call runs the lvm tool (about a second each under TCG), so
+	// each class is checked with one access type: thin with mount (the
+	// snapshot, restore and expansion specs), thick with block.
+	{backend: "lvm", variant: "thin", hostcalls: lvmmodule.HostCalls, access: []string{"mount"}, size: 16 << 20, prepare: prepareLvm,
+		params: map[string]string{"deviceClass": "thin"}},
+	{backend: "lvm", variant: "thick", hostcalls: lvmmodule.HostCalls, access: []string{"block"}, size: 16 << 20, prepare: prepareLvm,
+		params: map[string]string{"deviceClass": "thick"}, skip: thickSkips},
+}
+
+// thickSkips are the csi-sanity specs a thick device class cannot pass:
+// thick LVs have no snapshots (the plugin offers them for thin classes),
+// so every spec that snapshots or clones a volume is left to the thin
+// target.
+var thickSkips = []string{"[Ss]napshot", "source volume", "clone"}
+
+// prepareLvm gives an lvm target the module file (the one the VM tier
+// copied in) and a volume group of its own on a loop device, with a thin
+// pool and an operator's LV that must come through untouched.
+func prepareLvm(t *testing.T, tc moduletest.Toolchain, name string, o *daemonOptions) bool {
+	if tc == moduletest.TinyGo && os.Getenv("WASMCSI_MODULE_DIR") != "" {
+		if _, err := os.Stat(filepath.Join(os.Getenv("WASMCSI_MODULE_DIR"), "lvm.tinygo.wasm")); err != nil {
+			t.Logf("%s left out: no lvm.tinygo.wasm", name)
+			return false
+		}
+	}
+	wasm := lvmmodule.Module(t, tc)
+	fx := lvmtest.New(t, strings.NewReplacer("-", "", "/", "").Replace(name), 2<<30, 1<<30)
+	t.Cleanup(func() { fx.CheckOperator(t) })
+	*o = lvmOptions(wasm, fx)
+	return true
 }
 
 // prepareDmthin gives a dmthin target the module file the VM tier copied
@@ -142,7 +186,11 @@ func TestSanity(t *testing.T) {
 	if len(targets) == 0 {
 		t.Skip("no sanity target selected (WASMCSI_SANITY) or no module file present")
 	}
+	suite, reporter := GinkgoConfiguration()
 	for _, tg := range targets {
+		for _, re := range tg.skip {
+			suite.SkipStrings = append(suite.SkipStrings, regexp.QuoteMeta(tg.name)+" .*"+re)
+		}
 		d := startDaemon(t, tg.opts)
 		work, err := os.MkdirTemp("", "wcsi-sanity-")
 		if err != nil {
@@ -166,5 +214,5 @@ func TestSanity(t *testing.T) {
 		})
 	}
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "wasmcsi csi-sanity")
+	RunSpecs(t, "wasmcsi csi-sanity", suite, reporter)
 }

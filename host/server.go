@@ -214,6 +214,9 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 		s.undoInterruptedGroups(ctx)
 		s.undoInterruptedSnapshots(ctx)
 		s.finishInterrupted(ctx)
+		for _, f := range s.sweepOwned(ctx) {
+			s.log.Warn("reconcile", "kind", f.Kind, "path", f.Path, "detail", f.Detail, "cleaned", cfg.Reconcile.Clean)
+		}
 	}
 	return s, nil
 }

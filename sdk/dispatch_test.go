@@ -51,6 +51,10 @@ func (f *full) ModifyVolume(r *abi.ModifyVolumeRequest) (*abi.ModifyVolumeRespon
 	f.hit("ModifyVolume", r)
 	return as[abi.ModifyVolumeResponse](f.resp), f.err
 }
+func (f *full) ListOwned(r *abi.ListOwnedRequest) (*abi.ListOwnedResponse, error) {
+	f.hit("ListOwned", r)
+	return as[abi.ListOwnedResponse](f.resp), f.err
+}
 func (f *full) CreateSnapshot(r *abi.CreateSnapshotRequest) (*abi.CreateSnapshotResponse, error) {
 	f.hit("CreateSnapshot", r)
 	return as[abi.CreateSnapshotResponse](f.resp), f.err
@@ -138,6 +142,8 @@ func opCases() []opCase {
 			&abi.ExpandVolumeResponse{CapacityBytes: 2 << 30, NodeExpansionRequired: true}},
 		{abi.OpModifyVolume, "ModifyVolume", &abi.ModifyVolumeRequest{Volume: vol, MutableParameters: map[string]string{"prealloc": "true"}, Secrets: map[string]string{"s": "t"}},
 			&abi.ModifyVolumeResponse{Context: map[string]string{"prealloc": "true"}}},
+		{abi.OpListOwned, "ListOwned", &abi.ListOwnedRequest{},
+			&abi.ListOwnedResponse{Items: []abi.OwnedItem{{LocalID: "v-1", Name: "pvc-1", Context: map[string]string{"vg": "vg0"}, SizeBytes: 1 << 30}, {LocalID: "s-1", Snapshot: true}}}},
 		{abi.OpCreateSnapshot, "CreateSnapshot", &abi.CreateSnapshotRequest{Name: "snap-1", Source: vol, Parameters: map[string]string{"x": "y"}},
 			&abi.CreateSnapshotResponse{LocalID: "s-1", SizeBytes: 4096, ReadyToUse: true}},
 		{abi.OpDeleteSnapshot, "DeleteSnapshot", &abi.DeleteSnapshotRequest{Snapshot: snap}, nil},

@@ -30,6 +30,9 @@ func Implements(b Backend, op abi.Op) bool {
 	case abi.OpModifyVolume:
 		_, ok := b.(Modifier)
 		return ok
+	case abi.OpListOwned:
+		_, ok := b.(OwnedLister)
+		return ok
 	case abi.OpNodeInfo:
 		_, ok := b.(NodeInformer)
 		return ok
@@ -96,6 +99,10 @@ func dispatch(b Backend, op abi.Op, req []byte) ([]byte, abi.Code) {
 	case abi.OpModifyVolume:
 		return run(req, &abi.ModifyVolumeRequest{}, func(r *abi.ModifyVolumeRequest) (abi.Message, error) {
 			return nonNil(b.(Modifier).ModifyVolume(r))
+		})
+	case abi.OpListOwned:
+		return run(req, &abi.ListOwnedRequest{}, func(r *abi.ListOwnedRequest) (abi.Message, error) {
+			return nonNil(b.(OwnedLister).ListOwned(r))
 		})
 	case abi.OpNodeInfo:
 		return run(req, &abi.Empty{}, func(*abi.Empty) (abi.Message, error) {

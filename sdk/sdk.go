@@ -61,6 +61,14 @@ type VolumeHealthReporter interface {
 	VolumeHealth(req *abi.VolumeHealthRequest) (*abi.HealthResponse, error)
 }
 
+// OwnedLister lists every volume and snapshot the backend's storage holds,
+// for the host to find at start-up storage no record explains (a create
+// whose answer a crash, or an error after the storage was made, cut off)
+// and remove it, never what a record names.
+type OwnedLister interface {
+	ListOwned(req *abi.ListOwnedRequest) (*abi.ListOwnedResponse, error)
+}
+
 // StorageHealthReporter reports the health of the backend's storage as a
 // node sees it.
 type StorageHealthReporter interface {

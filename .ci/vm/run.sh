@@ -69,7 +69,7 @@ mkdir -p "$CACHE/jobs"
 
 # ------------------------------------------------------------------ host packages
 # Tools copied into the guest come from these packages; qemu runs it.
-HOST_PKGS="qemu-system-x86 busybox-static dmsetup thin-provisioning-tools open-iscsi tgt
+HOST_PKGS="qemu-system-x86 busybox-static dmsetup thin-provisioning-tools open-iscsi tgt lvm2
   e2fsprogs xfsprogs btrfs-progs util-linux kmod udev bash cpio xz-utils coreutils"
 install_host_packages() {
   local missing=() p rc=0
@@ -125,7 +125,7 @@ GUEST_PROGRAMS="dmsetup pdata_tools thin_check thin_dump thin_restore thin_repai
   mkfs.xfs xfs_repair xfs_growfs xfs_admin xfs_info xfs_db xfs_io mkfs.btrfs btrfs btrfstune
   fsck.btrfs losetup blkid blockdev lsblk findmnt mountpoint mount umount wipefs fallocate
   nsenter unshare kmod modprobe insmod rmmod lsmod depmod modinfo udevadm bash truncate sync
-  sha256sum timeout stat dd"
+  sha256sum timeout stat dd lvm"
 
 # copy_program HOSTPATH DESTDIR: copy an ELF (or a multi-call symlink to one)
 # and every shared library it needs into the image root.

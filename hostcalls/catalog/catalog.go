@@ -15,6 +15,7 @@ import (
 	"github.com/wasmcsi/wasmcsi/hostcalls/iscsi"
 	"github.com/wasmcsi/wasmcsi/hostcalls/lio"
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
+	"github.com/wasmcsi/wasmcsi/hostcalls/lvm"
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
 	"github.com/wasmcsi/wasmcsi/hostcalls/netinfo"
 )
@@ -36,6 +37,7 @@ func New(o Options) (map[string]hostcalls.Func, error) {
 		loop.Bindings(),
 		dm.Bindings(),
 		lio.Bindings(),
+		lvm.Bindings(),
 		netinfo.Bindings(),
 	}
 	if o.StateDir != "" {
@@ -62,7 +64,7 @@ func New(o Options) (map[string]hostcalls.Func, error) {
 // hostcalls.DeviceOwner); the host stages only a device one of them
 // claims. A family that makes devices is added here too.
 func DeviceOwners() []hostcalls.DeviceOwner {
-	return []hostcalls.DeviceOwner{loop.Devices, dm.Devices, iscsi.Devices}
+	return []hostcalls.DeviceOwner{loop.Devices, dm.Devices, iscsi.Devices, lvm.Devices}
 }
 
 // DefersSyncs reports whether family's durable effects are the entries of

@@ -44,6 +44,9 @@ func opVolumeHealth() uint32 { return serve(abi.OpVolumeHealth) }
 //go:wasmexport modify_volume
 func opModifyVolume() uint32 { return serve(abi.OpModifyVolume) }
 
+//go:wasmexport list_owned
+func opListOwned() uint32 { return serve(abi.OpListOwned) }
+
 //go:wasmexport node_info
 func opNodeInfo() uint32 { return serve(abi.OpNodeInfo) }
 

@@ -230,6 +230,64 @@ func LoopDetach(device string) error {
 	return call(loopDetach, abi.HostCallLoopDetach, &abi.LoopDeviceRequest{Device: device}, nil)
 }
 
+// LvmVgStatus answers a granted volume group's size and free space (lvm_vg_status).
+func LvmVgStatus(req *abi.LvmVgRequest) (*abi.LvmVgStatus, error) {
+	resp := new(abi.LvmVgStatus)
+	return resp, call(lvmVgStatus, abi.HostCallLvmVgStatus, req, resp)
+}
+
+// LvmPoolStatus answers a granted thin pool's data and metadata use (lvm_pool_status).
+func LvmPoolStatus(req *abi.LvmPoolRequest) (*abi.LvmPoolStatus, error) {
+	resp := new(abi.LvmPoolStatus)
+	return resp, call(lvmPoolStatus, abi.HostCallLvmPoolStatus, req, resp)
+}
+
+// LvmLvCreate creates a tagged LV, thick or thin (lvm_lv_create).
+func LvmLvCreate(req *abi.LvmCreateRequest) (*abi.LvmLv, error) {
+	resp := new(abi.LvmLv)
+	return resp, call(lvmLvCreate, abi.HostCallLvmLvCreate, req, resp)
+}
+
+// LvmLvRemove removes a tagged LV (lvm_lv_remove).
+func LvmLvRemove(req *abi.LvmLvRequest) error {
+	return call(lvmLvRemove, abi.HostCallLvmLvRemove, req, nil)
+}
+
+// LvmLvExtend grows a tagged LV (lvm_lv_extend).
+func LvmLvExtend(req *abi.LvmExtendRequest) (*abi.LvmLv, error) {
+	resp := new(abi.LvmLv)
+	return resp, call(lvmLvExtend, abi.HostCallLvmLvExtend, req, resp)
+}
+
+// LvmLvSnapshot makes a thin snapshot of a tagged thin LV (lvm_lv_snapshot).
+func LvmLvSnapshot(req *abi.LvmSnapshotRequest) (*abi.LvmLv, error) {
+	resp := new(abi.LvmLv)
+	return resp, call(lvmLvSnapshot, abi.HostCallLvmLvSnapshot, req, resp)
+}
+
+// LvmLvActivate activates a tagged LV and answers its device (lvm_lv_activate).
+func LvmLvActivate(req *abi.LvmLvRequest) (*abi.LvmLv, error) {
+	resp := new(abi.LvmLv)
+	return resp, call(lvmLvActivate, abi.HostCallLvmLvActivate, req, resp)
+}
+
+// LvmLvDeactivate deactivates a tagged LV (lvm_lv_deactivate).
+func LvmLvDeactivate(req *abi.LvmLvRequest) error {
+	return call(lvmLvDeactivate, abi.HostCallLvmLvDeactivate, req, nil)
+}
+
+// LvmLvStatus answers one tagged LV as LVM and the kernel see it (lvm_lv_status).
+func LvmLvStatus(req *abi.LvmLvRequest) (*abi.LvmLv, error) {
+	resp := new(abi.LvmLv)
+	return resp, call(lvmLvStatus, abi.HostCallLvmLvStatus, req, resp)
+}
+
+// LvmLvList lists the tagged LVs of a granted volume group (lvm_lv_list).
+func LvmLvList(req *abi.LvmListRequest) (*abi.LvmLvList, error) {
+	resp := new(abi.LvmLvList)
+	return resp, call(lvmLvList, abi.HostCallLvmLvList, req, resp)
+}
+
 // MountBind bind-mounts source at target, read-only when asked; an
 // identical mount already there is success with Changed false (mount_bind).
 func MountBind(req *abi.MountBindRequest) (*abi.MountChange, error) {

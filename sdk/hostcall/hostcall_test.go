@@ -38,6 +38,9 @@ func wrapperCases() []wrapperCase {
 	const target = "iqn.2024-01.dev.wasmcsi:pool"
 	lun := &abi.IscsiTarget{Portal: "192.0.2.5:3260", IQN: target, LUN: 3, ChapUser: "user", ChapSecret: "secret123456"}
 	lioCreate := &abi.LioLunCreateRequest{Target: target, LUN: 3, Kind: "fileio", Path: "/pool/v.img", Portals: []string{"0.0.0.0:3260"}}
+	lvCreate := &abi.LvmCreateRequest{VG: "vg0", Name: "v-a", SizeBytes: 1 << 30, ThinPool: "thin", Tags: []string{"k=v"}}
+	lvReq := &abi.LvmLvRequest{VG: "vg0", Name: "v-a"}
+	lv := &abi.LvmLv{VG: "vg0", Name: "v-a", SizeBytes: 1 << 30, ThinPool: "thin", Active: true, Path: "/dev/mapper/vg0-v--a", Major: 253, Minor: 3}
 	grant := &abi.LioGrantRequest{Target: target, LUN: 3, Initiator: "iqn.1993-08.org.debian:01:abc"}
 	ifaces := &abi.NetInterfaces{Interfaces: []abi.NetInterface{{Name: "lo", Index: 1, Up: true, Running: true, Loopback: true, MTU: 65536, Addrs: []string{"127.0.0.1/8"}}}}
 	return []wrapperCase{
@@ -149,6 +152,28 @@ func wrapperCases() []wrapperCase {
 			func() (any, error) {
 				return ret(hostcall.LioLunResize(&abi.LioLunResizeRequest{Target: target, LUN: 3, SizeBytes: 2 << 30}))
 			}, nil},
+
+		{abi.HostCallLvmVgStatus, &abi.LvmVgRequest{VG: "vg0"}, &abi.LvmVgStatus{VG: "vg0", SizeBytes: 1 << 30, FreeBytes: 1 << 29, ExtentBytes: 4 << 20, PVCount: 1},
+			func() (any, error) { return val(hostcall.LvmVgStatus(&abi.LvmVgRequest{VG: "vg0"})) },
+			&abi.LvmVgStatus{VG: "vg0", SizeBytes: 1 << 30, FreeBytes: 1 << 29, ExtentBytes: 4 << 20, PVCount: 1}},
+		{abi.HostCallLvmPoolStatus, &abi.LvmPoolRequest{VG: "vg0", Pool: "thin"}, &abi.LvmPoolStatus{VG: "vg0", Pool: "thin", DataPercent: 9100, Active: true},
+			func() (any, error) { return val(hostcall.LvmPoolStatus(&abi.LvmPoolRequest{VG: "vg0", Pool: "thin"})) },
+			&abi.LvmPoolStatus{VG: "vg0", Pool: "thin", DataPercent: 9100, Active: true}},
+		{abi.HostCallLvmLvCreate, lvCreate, lv, func() (any, error) { return val(hostcall.LvmLvCreate(lvCreate)) }, lv},
+		{abi.HostCallLvmLvRemove, lvReq, nil, func() (any, error) { return ret(hostcall.LvmLvRemove(lvReq)) }, nil},
+		{abi.HostCallLvmLvExtend, &abi.LvmExtendRequest{VG: "vg0", Name: "v-a", SizeBytes: 2 << 30}, lv,
+			func() (any, error) {
+				return val(hostcall.LvmLvExtend(&abi.LvmExtendRequest{VG: "vg0", Name: "v-a", SizeBytes: 2 << 30}))
+			}, lv},
+		{abi.HostCallLvmLvSnapshot, &abi.LvmSnapshotRequest{VG: "vg0", Origin: "v-a", Name: "s-a"}, lv,
+			func() (any, error) {
+				return val(hostcall.LvmLvSnapshot(&abi.LvmSnapshotRequest{VG: "vg0", Origin: "v-a", Name: "s-a"}))
+			}, lv},
+		{abi.HostCallLvmLvActivate, lvReq, lv, func() (any, error) { return val(hostcall.LvmLvActivate(lvReq)) }, lv},
+		{abi.HostCallLvmLvDeactivate, lvReq, nil, func() (any, error) { return ret(hostcall.LvmLvDeactivate(lvReq)) }, nil},
+		{abi.HostCallLvmLvStatus, lvReq, lv, func() (any, error) { return val(hostcall.LvmLvStatus(lvReq)) }, lv},
+		{abi.HostCallLvmLvList, &abi.LvmListRequest{VG: "vg0"}, &abi.LvmLvList{LVs: []abi.LvmLv{*lv}},
+			func() (any, error) { return val(hostcall.LvmLvList(&abi.LvmListRequest{VG: "vg0"})) }, &abi.LvmLvList{LVs: []abi.LvmLv{*lv}}},
 
 		{abi.HostCallNetRouteTo, &abi.NetRouteToRequest{IP: "192.0.2.5"}, &abi.NetRoute{Interface: "eth0", Src: "192.0.2.1"},
 			func() (any, error) { return val(hostcall.NetRouteTo(&abi.NetRouteToRequest{IP: "192.0.2.5"})) },

@@ -12,12 +12,13 @@ type rawFunc = func(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLi
 // Native stand-ins for the imports of imports_wasip1.go: the import name
 // passed to call selects the answer from the installed Host.
 var (
-	dirCreate, dirRemove, dirCopy, dirStatfs, dirUsage, dirSetQuota, dirQuotaSupported, dirExists, dirList                             rawFunc
-	dmPoolOpen, dmPoolStatus, dmThinCreate, dmThinActivate, dmThinDeactivate, dmThinDelete, dmThinResize, dmThinSnapshot, dmThinStatus rawFunc
-	fileCreate, fileResize, fileRemove, fileClone, fileStat, fileStatfs, fileList                                                      rawFunc
-	iscsiLogin, iscsiLogout, iscsiRescan, iscsiInitiatorName                                                                           rawFunc
-	lioLunCreate, lioLunDelete, lioGrant, lioRevoke, lioLunResize                                                                      rawFunc
-	loopAttach, loopFind, loopResize, loopDetach                                                                                       rawFunc
-	mountBind, mountUnmount, mountInfo                                                                                                 rawFunc
-	netRouteTo, netInterfaces                                                                                                          rawFunc
+	dirCreate, dirRemove, dirCopy, dirStatfs, dirUsage, dirSetQuota, dirQuotaSupported, dirExists, dirList                                   rawFunc
+	dmPoolOpen, dmPoolStatus, dmThinCreate, dmThinActivate, dmThinDeactivate, dmThinDelete, dmThinResize, dmThinSnapshot, dmThinStatus       rawFunc
+	fileCreate, fileResize, fileRemove, fileClone, fileStat, fileStatfs, fileList                                                            rawFunc
+	iscsiLogin, iscsiLogout, iscsiRescan, iscsiInitiatorName                                                                                 rawFunc
+	lioLunCreate, lioLunDelete, lioGrant, lioRevoke, lioLunResize                                                                            rawFunc
+	loopAttach, loopFind, loopResize, loopDetach                                                                                             rawFunc
+	lvmVgStatus, lvmPoolStatus, lvmLvCreate, lvmLvRemove, lvmLvExtend, lvmLvSnapshot, lvmLvActivate, lvmLvDeactivate, lvmLvStatus, lvmLvList rawFunc
+	mountBind, mountUnmount, mountInfo                                                                                                       rawFunc
+	netRouteTo, netInterfaces                                                                                                                rawFunc
 )

@@ -238,6 +238,66 @@ func loopDetach(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit 
 	return loopDetachImport(req, reqLen, out, outLimit)
 }
 
+//go:wasmimport wasmcsi lvm_vg_status
+func lvmVgStatusImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func lvmVgStatus(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return lvmVgStatusImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi lvm_pool_status
+func lvmPoolStatusImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func lvmPoolStatus(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return lvmPoolStatusImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi lvm_lv_create
+func lvmLvCreateImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func lvmLvCreate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return lvmLvCreateImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi lvm_lv_remove
+func lvmLvRemoveImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func lvmLvRemove(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return lvmLvRemoveImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi lvm_lv_extend
+func lvmLvExtendImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func lvmLvExtend(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return lvmLvExtendImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi lvm_lv_snapshot
+func lvmLvSnapshotImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func lvmLvSnapshot(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return lvmLvSnapshotImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi lvm_lv_activate
+func lvmLvActivateImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func lvmLvActivate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return lvmLvActivateImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi lvm_lv_deactivate
+func lvmLvDeactivateImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func lvmLvDeactivate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return lvmLvDeactivateImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi lvm_lv_status
+func lvmLvStatusImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func lvmLvStatus(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return lvmLvStatusImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi lvm_lv_list
+func lvmLvListImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func lvmLvList(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return lvmLvListImport(req, reqLen, out, outLimit)
+}
+
 //go:wasmimport wasmcsi mount_bind
 func mountBindImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
 func mountBind(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
