@@ -134,7 +134,7 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 	s := &Server{cfg: cfg, log: log, store: store, locks: keylock.New(), tag: newNodeTag(cfg.NodeID), settle: newSettler(log)}
 	s.metrics = newMetrics(opt.Metrics, s.pools)
 	s.node = node.New(log, catalog.DeviceOwners())
-	s.node.SetUndoDir(filepath.Join(cfg.StateDir, "resize-undo"))
+	s.node.SetResizeDir(filepath.Join(cfg.StateDir, "resizing"))
 	if store != nil {
 		// Before anything else: writers hang on what a group snapshot the
 		// daemon died in left paused (and its guardian did not resume).

@@ -28,25 +28,25 @@ import (
 type Node struct {
 	log    *slog.Logger
 	owners []hostcalls.DeviceOwner
-	// undoDir keeps the undo files of offline ext4 resizes (fs.GrowOffline);
-	// "" grows without them.
-	undoDir string
+	// resizeDir keeps the markers of offline ext4 resizes under way
+	// (fs.GrowOffline); "" grows without them.
+	resizeDir string
 }
 
-// SetUndoDir names the folder, on a filesystem that survives the daemon
-// (its state folder), where offline ext4 resizes keep their undo files so
-// that a resize cut off by a kill is rolled back by the next one.
-func (n *Node) SetUndoDir(dir string) { n.undoDir = dir }
+// SetResizeDir names the folder, on a filesystem that survives the daemon
+// (its state folder), where offline ext4 resizes mark that they are under
+// way, so that a resize cut off by a kill is repaired by the next one.
+func (n *Node) SetResizeDir(dir string) { n.resizeDir = dir }
 
 // growOffline grows the unmounted ext4 filesystem on dev, to be mounted at
-// target, to its device. The undo file is named for target: the CO
-// retries a stage at the same path, and a volume's stages are serialized.
+// target, to its device. The marker is named for target: the CO retries
+// a stage at the same path, and a volume's stages are serialized.
 func (n *Node) growOffline(ctx context.Context, dev, target string) error {
-	if n.undoDir == "" {
+	if n.resizeDir == "" {
 		return fs.Grow(ctx, dev, "", fs.Ext4)
 	}
 	sum := sha256.Sum256([]byte(target))
-	return fs.GrowOffline(ctx, dev, filepath.Join(n.undoDir, hex.EncodeToString(sum[:16])+".e2undo"))
+	return fs.GrowOffline(ctx, dev, filepath.Join(n.resizeDir, hex.EncodeToString(sum[:16])+".resizing"))
 }
 
 // New returns the seam; owners are the families that answer for the

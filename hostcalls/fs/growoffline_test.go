@@ -17,13 +17,13 @@ import (
 
 // TestGrowExt4OfflineAfterCutResize: resize2fs killed half-way through an
 // offline grow leaves an ext4 that e2fsck's preen refuses ("Resize inode
-// not valid"); GrowOffline rolls the unfinished resize back from its undo
-// file and grows again, with the data intact. The cut is made by killing
-// resize2fs after growing delays until e2fsck finds the filesystem
-// inconsistent; a machine where no delay lands half-way skips.
+// not valid"); GrowOffline, finding its marker of the resize under way,
+// repairs it and grows again, with the data intact. The cut is made by
+// killing resize2fs after growing delays until e2fsck finds the
+// filesystem inconsistent; a machine where no delay lands half-way skips.
 func TestGrowExt4OfflineAfterCutResize(t *testing.T) {
 	looptest.Require(t)
-	requireTool(t, "mkfs.ext4", "e2fsck", "resize2fs", "e2undo", "debugfs")
+	requireTool(t, "mkfs.ext4", "e2fsck", "resize2fs", "debugfs")
 	ctx := context.Background()
 	dir := t.TempDir()
 	pristine := filepath.Join(dir, "pristine.img")
@@ -44,8 +44,8 @@ func TestGrowExt4OfflineAfterCutResize(t *testing.T) {
 	if out, err := exec.Command("debugfs", "-w", "-R", "write "+src+" data", pristine).CombinedOutput(); err != nil {
 		t.Fatalf("debugfs write: %v: %s", err, out)
 	}
-	undo := filepath.Join(dir, "undo", "volume.e2undo")
-	if err := os.Mkdir(filepath.Dir(undo), 0o700); err != nil {
+	marker := filepath.Join(dir, "markers", "volume.resizing")
+	if err := os.Mkdir(filepath.Dir(marker), 0o700); err != nil {
 		t.Fatal(err)
 	}
 
@@ -53,14 +53,17 @@ func TestGrowExt4OfflineAfterCutResize(t *testing.T) {
 	cut := false
 	delay := 20 * time.Millisecond
 	for try := 0; try < 25 && !cut; try, delay = try+1, delay*3/2 {
-		os.Remove(undo)
+		// What GrowOffline leaves when killed during resize2fs.
+		if err := os.WriteFile(marker, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 		if out, err := exec.Command("cp", "--sparse=always", pristine, img).CombinedOutput(); err != nil {
 			t.Fatalf("cp: %v: %s", err, out)
 		}
 		if err := os.Truncate(img, 200<<30); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command("resize2fs", "-z", undo, img)
+		cmd := exec.Command("resize2fs", img)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -89,14 +92,14 @@ func TestGrowExt4OfflineAfterCutResize(t *testing.T) {
 			t.Errorf("cleanup: detach %s: %v", d.Path, err)
 		}
 	})
-	if err := fs.GrowOffline(ctx, d.Path, undo); err != nil {
+	if err := fs.GrowOffline(ctx, d.Path, marker); err != nil {
 		t.Fatalf("grow after a cut resize: %v", err)
 	}
 	if out, err := exec.Command("e2fsck", "-fn", d.Path).CombinedOutput(); err != nil {
 		t.Fatalf("after GrowOffline e2fsck -fn: %v: %s", err, out)
 	}
-	if _, err := os.Stat(undo); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("undo file left after a finished grow: %v", err)
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("marker left after a finished grow: %v", err)
 	}
 	mnt := mount(t, d.Path, fs.Ext4)
 	got, err := os.ReadFile(filepath.Join(mnt, "data"))
