@@ -117,7 +117,8 @@ fetch_kernel() {
 GUEST_MODULES="virtio_pci virtio_blk virtio_rng 9p 9pnet_virtio loop dm_mod dm_thin_pool dm_log_writes dm_flakey
   dm_snapshot dm_crypt dm_mirror dm_multipath dm_round_robin dm_zero ext4 xfs btrfs quota_v2 fuse overlay
   crc32c_generic crc32c_intel iscsi_tcp sd_mod sg scsi_dh_alua nbd configfs target_core_mod
-  target_core_iblock target_core_file target_core_user iscsi_target_mod tcm_loop"
+  target_core_iblock target_core_file target_core_user iscsi_target_mod tcm_loop
+  nvmet nvmet_tcp nvme_tcp nvme_fabrics nvme_core"
 # Programs in the guest, copied with their shared libraries; busybox fills the rest.
 GUEST_PROGRAMS="dmsetup pdata_tools thin_check thin_dump thin_restore thin_repair thin_ls
   thin_delta thin_trim thin_metadata_size iscsiadm iscsid iscsi-iname iscsistart tgtd tgtadm

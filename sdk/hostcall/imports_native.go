@@ -20,4 +20,6 @@ var (
 	loopAttach, loopFind, loopResize, loopDetach                                                                                       rawFunc
 	mountBind, mountUnmount, mountInfo                                                                                                 rawFunc
 	netRouteTo, netInterfaces                                                                                                          rawFunc
+	nvmeConnect, nvmeDisconnect, nvmeRescan, nvmeHostNqn                                                                               rawFunc
+	nvmetNamespaceCreate, nvmetNamespaceDelete, nvmetNamespaceResize, nvmetHostAllow, nvmetHostDeny                                    rawFunc
 )
