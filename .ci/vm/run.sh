@@ -126,7 +126,7 @@ GUEST_PROGRAMS="dmsetup pdata_tools thin_check thin_dump thin_restore thin_repai
   mkfs.xfs xfs_repair xfs_growfs xfs_admin xfs_info xfs_db xfs_io mkfs.btrfs btrfs btrfstune
   fsck.btrfs losetup blkid blockdev lsblk findmnt mountpoint mount umount wipefs fallocate
   nsenter unshare kmod modprobe insmod rmmod lsmod depmod modinfo udevadm bash truncate sync
-  sha256sum timeout stat dd"
+  sha256sum timeout stat dd fio"
 
 # copy_program HOSTPATH DESTDIR: copy an ELF (or a multi-call symlink to one)
 # and every shared library it needs into the image root.
