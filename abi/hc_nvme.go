@@ -50,6 +50,10 @@ type NvmeNamespace struct {
 	// DHChapKey is reserved for in-band authentication (UNIMPLEMENTED
 	// when set in this version).
 	DHChapKey string `wire:"4"`
+	// MinSizeBytes, for nvme_rescan, is the size the caller expects after
+	// the target grew the namespace: the rescan waits a few seconds for
+	// it (the kernel rescans in the background) and answers what it has.
+	MinSizeBytes int64 `wire:"5"`
 }
 
 // NvmeConnectResponse answers the namespace's block device, /dev/nvmeXnY,

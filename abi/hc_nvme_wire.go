@@ -13,6 +13,7 @@ func (m *NvmeNamespace) AppendWire(b []byte) []byte {
 	b = wire.AppendString(b, 2, m.Subsystem)
 	b = wire.AppendString(b, 3, m.UUID)
 	b = wire.AppendString(b, 4, m.DHChapKey)
+	b = wire.AppendInt64(b, 5, m.MinSizeBytes)
 	return b
 }
 
@@ -39,6 +40,8 @@ func (m *NvmeNamespace) decodeWire(d *wire.Decoder) error {
 			m.UUID, err = d.String(typ)
 		case 4:
 			m.DHChapKey, err = d.String(typ)
+		case 5:
+			m.MinSizeBytes, err = d.Int64(typ)
 		default:
 			err = d.Skip(field, typ)
 		}

@@ -95,4 +95,9 @@ type NvmetHostRequest struct {
 	// ("DHHC-1:..."); reserved for in-band authentication, which this
 	// version refuses (UNIMPLEMENTED) rather than ignores.
 	DHChapKey string `wire:"3"`
+	// Ports, for nvmet_host_deny, are the TCP addresses the subsystem
+	// listens on: each is unlinked from the subsystem and linked again,
+	// which ends its controllers; a repeated call (after a crash between
+	// the two) links them again. Empty takes the ports linked now.
+	Ports []string `wire:"4"`
 }

@@ -141,6 +141,7 @@ func (m *NvmetHostRequest) AppendWire(b []byte) []byte {
 	b = wire.AppendString(b, 1, m.Subsystem)
 	b = wire.AppendString(b, 2, m.Host)
 	b = wire.AppendString(b, 3, m.DHChapKey)
+	b = wire.AppendStrings(b, 4, m.Ports)
 	return b
 }
 
@@ -165,6 +166,8 @@ func (m *NvmetHostRequest) decodeWire(d *wire.Decoder) error {
 			m.Host, err = d.String(typ)
 		case 3:
 			m.DHChapKey, err = d.String(typ)
+		case 4:
+			err = d.RepeatedString(typ, &m.Ports)
 		default:
 			err = d.Skip(field, typ)
 		}
