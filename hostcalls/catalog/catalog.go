@@ -17,6 +17,8 @@ import (
 	"github.com/wasmcsi/wasmcsi/hostcalls/loop"
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
 	"github.com/wasmcsi/wasmcsi/hostcalls/netinfo"
+	"github.com/wasmcsi/wasmcsi/hostcalls/nvme"
+	"github.com/wasmcsi/wasmcsi/hostcalls/nvmet"
 )
 
 // Options configure the families that keep state of their own.
@@ -37,6 +39,10 @@ func New(o Options) (map[string]hostcalls.Func, error) {
 		dm.Bindings(),
 		lio.Bindings(),
 		netinfo.Bindings(),
+		nvmet.Bindings(),
+		// The NVMe initiator keeps no state of its own: the kernel's
+		// controllers are its record.
+		nvme.Bindings(nvme.New(nvme.Config{})),
 	}
 	if o.StateDir != "" {
 		in, err := iscsi.New(filepath.Join(o.StateDir, "iscsi"), nil)
@@ -62,7 +68,7 @@ func New(o Options) (map[string]hostcalls.Func, error) {
 // hostcalls.DeviceOwner); the host stages only a device one of them
 // claims. A family that makes devices is added here too.
 func DeviceOwners() []hostcalls.DeviceOwner {
-	return []hostcalls.DeviceOwner{loop.Devices, dm.Devices, iscsi.Devices}
+	return []hostcalls.DeviceOwner{loop.Devices, dm.Devices, iscsi.Devices, nvme.Devices}
 }
 
 // DefersSyncs reports whether family's durable effects are the entries of
