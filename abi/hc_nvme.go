@@ -24,7 +24,7 @@ const (
 	// HostCallNvmeHostNqn answers the node's host NQN, which a module
 	// reports in node_info so its controller can allow the node. It needs
 	// no root.
-	HostCallNvmeHostNqn = "nvme_host_nqn" // Empty -> NvmeHostNQN
+	HostCallNvmeHostNqn = "nvme_host_nqn" // Empty -> NvmeHostNQN.NQN
 )
 
 // NvmeNamespace names one namespace behind a subsystem and where to

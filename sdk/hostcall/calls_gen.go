@@ -285,9 +285,10 @@ func NvmeRescan(req *abi.NvmeNamespace) (*abi.NvmeRescanResponse, error) {
 // NvmeHostNqn answers the node's host NQN, which a module
 // reports in node_info so its controller can allow the node. It needs
 // no root (nvme_host_nqn).
-func NvmeHostNqn() (*abi.NvmeHostNQN, error) {
+func NvmeHostNqn() (string, error) {
 	resp := new(abi.NvmeHostNQN)
-	return resp, call(nvmeHostNqn, abi.HostCallNvmeHostNqn, &abi.Empty{}, resp)
+	err := call(nvmeHostNqn, abi.HostCallNvmeHostNqn, &abi.Empty{}, resp)
+	return resp.NQN, err
 }
 
 // NvmetNamespaceCreate serves a block device or file as a
