@@ -41,7 +41,9 @@ const (
 //     the last it shows; idempotent. FAILED_PRECONDITION while the
 //     namespace's device is mounted or held.
 //   - nvme_rescan: rescans the controller and answers the namespace's
-//     size. NOT_FOUND when no controller shows the namespace.
+//     size. NOT_FOUND when no controller shows the namespace (the
+//     controller was lost), UNAVAILABLE while the controller is not live
+//     (the path is down and the kernel reconnects).
 type NvmeNamespace struct {
 	Address   string `wire:"1"` // "ip[:port]" or "[ipv6][:port]"
 	Subsystem string `wire:"2"` // subsystem NQN

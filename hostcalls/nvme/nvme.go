@@ -42,7 +42,7 @@ const DefaultPort = 4420
 // controller is given up (its namespaces then fail I/O).
 const (
 	reconnectDelay = 2
-	ctrlLossTmo    = 60
+	ctrlLossTmo    = 600
 )
 
 // Config says where the initiator finds the kernel and its identity.
@@ -334,6 +334,9 @@ func (in *Initiator) Rescan(ctx context.Context, n Namespace, min int64) (int64,
 	}
 	if ctrl == "" {
 		return 0, abi.Errorf(abi.NotFound, "nvme: no controller to %s at %s", n.Subsystem, n.Addr)
+	}
+	if state, _ := sysattr.Read(in.ctrlPath(ctrl, "state")); state != "live" {
+		return 0, abi.Errorf(abi.Unavailable, "nvme: controller %s to %s at %s is %q: the path is down", ctrl, n.Subsystem, n.Addr, state)
 	}
 	disk, err := in.findDisk(n)
 	if err != nil {
