@@ -202,6 +202,8 @@ build_image() {
   cp /etc/iscsi/iscsid.conf "$ROOT/etc/iscsi/"
   sed -i 's/^node.startup = .*/node.startup = manual/' "$ROOT/etc/iscsi/iscsid.conf"
   echo "InitiatorName=iqn.2024-01.dev.wasmcsi:vm-guest" >"$ROOT/etc/iscsi/initiatorname.iscsi"
+  mkdir -p "$ROOT/etc/nvme"
+  echo "nqn.2014-08.org.nvmexpress:uuid:0b5e3c8a-0000-4000-8000-00000000c0de" >"$ROOT/etc/nvme/hostnqn"
   cp /etc/mke2fs.conf "$ROOT/etc/" 2>/dev/null || true
 
   cat >"$ROOT/init" <<'EOF'

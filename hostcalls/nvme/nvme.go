@@ -61,6 +61,10 @@ type Config struct {
 	// Wait bounds how long a connect waits for the namespace's device;
 	// default 15 s.
 	Wait time.Duration
+	// SourceAddr, when valid, is the local address controllers connect
+	// from (host_traddr), for nodes whose storage network is not the
+	// default route's.
+	SourceAddr netip.Addr
 }
 
 // Initiator connects and disconnects NVMe/TCP controllers.
@@ -250,6 +254,9 @@ func (in *Initiator) connect(n Namespace, hostNQN, hostID string) (string, error
 	opts := "transport=tcp,traddr=" + n.Addr.Addr().String() + ",trsvcid=" + strconv.Itoa(int(n.Addr.Port())) +
 		",nqn=" + n.Subsystem + ",hostnqn=" + hostNQN + ",hostid=" + hostID +
 		",reconnect_delay=" + strconv.Itoa(reconnectDelay) + ",ctrl_loss_tmo=" + strconv.Itoa(ctrlLossTmo)
+	if in.cfg.SourceAddr.IsValid() {
+		opts += ",host_traddr=" + in.cfg.SourceAddr.String()
+	}
 	f, err := os.OpenFile(filepath.Join(in.cfg.Dev, "nvme-fabrics"), os.O_RDWR, 0)
 	if err != nil {
 		return "", abi.Errorf(abi.FailedPrecondition, "nvme: %v (load nvme_tcp)", err)
