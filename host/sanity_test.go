@@ -14,6 +14,7 @@ import (
 
 	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
 	"github.com/wasmcsi/wasmcsi/examples/iscsi/iscsitest"
+	"github.com/wasmcsi/wasmcsi/examples/nvmeof/nvmeoftest"
 	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 )
 
@@ -88,8 +89,9 @@ type sanityBackend struct {
 }
 
 // sanityBackends are the node-local backends this machine can test for
-// real; device-mapper and iSCSI (LIO and open-iscsi on loopback, the
-// controller and the node in one daemon) run in the VM tier.
+// real; device-mapper, iSCSI (LIO and open-iscsi on loopback, the
+// controller and the node in one daemon) and NVMe/TCP (nvmet and the
+// kernel's initiator on loopback) run in the VM tier.
 var sanityBackends = []sanityBackend{
 	{backend: "localdir", hostcalls: []string{"dir", "mount"}, access: []string{"mount"}},
 	{backend: "loopfile", hostcalls: []string{"file", "loop"}, access: []string{"mount", "block"}, size: 16 << 20,
@@ -97,6 +99,7 @@ var sanityBackends = []sanityBackend{
 	{backend: "dmthin", hostcalls: dmthintest.HostCalls, access: []string{"mount", "block"}, size: 16 << 20, prepare: prepareDmthin},
 	{backend: "iscsi", hostcalls: iscsitest.HostCalls, access: []string{"mount", "block"}, size: 16 << 20, prepare: prepareIscsi,
 		mutable: map[string]string{"writeCache": "true"}},
+	{backend: "nvmeof", hostcalls: nvmeoftest.HostCalls, access: []string{"mount", "block"}, size: 16 << 20, prepare: prepareNvmeof},
 }
 
 // prepareDmthin gives a dmthin target the module file the VM tier copied

@@ -31,7 +31,7 @@
 # image and job folders; QEMU_EXTRA adds qemu arguments (word-split).
 set -euo pipefail
 
-IMAGE_REV=2   # bump when the image layout below changes
+IMAGE_REV=3   # bump when the image layout below changes
 CACHE=${WASMCSI_VM_CACHE:-/var/tmp/wasmcsi-vm}
 MEM=2048 SMP=$(nproc) TIMEOUT=1200 ISCSID=0 UDEV=0 VERBOSE=0 REBUILD=0 BUILD_ONLY=0
 CMD="" SCRIPT="" JOB="" FILES=()

@@ -296,10 +296,9 @@ func (in *Initiator) connect(n Namespace, hostNQN, hostID string) (string, error
 // controller is deleted when n is the last namespace it shows. A
 // namespace without a controller is success.
 func (in *Initiator) Disconnect(ctx context.Context, n Namespace) error {
-	hostNQN, _, err := in.identity()
-	if err != nil {
-		return err
-	}
+	// A node without a host NQN has only controllers someone else made:
+	// the release is of any controller to the namespace's subsystem.
+	hostNQN, _, _ := in.identity()
 	defer in.lock(n)()
 	ctrl, _, err := in.controller(n, hostNQN)
 	if err != nil || ctrl == "" {
@@ -331,10 +330,7 @@ func (in *Initiator) Disconnect(ctx context.Context, n Namespace) error {
 // Rescan rescans n's controller and answers n's size, waiting a few
 // seconds for it to reach min.
 func (in *Initiator) Rescan(ctx context.Context, n Namespace, min int64) (int64, error) {
-	hostNQN, _, err := in.identity()
-	if err != nil {
-		return 0, err
-	}
+	hostNQN, _, _ := in.identity()
 	ctrl, _, err := in.controller(n, hostNQN)
 	if err != nil {
 		return 0, err
@@ -375,7 +371,8 @@ func (in *Initiator) ctrlPath(ctrl string, attr ...string) string {
 }
 
 // controller finds this host's TCP controller to n's subsystem at n's
-// address and its state; "" when there is none.
+// address (any host's when hostNQN is "") and its state; "" when there is
+// none.
 func (in *Initiator) controller(n Namespace, hostNQN string) (string, string, error) {
 	ctrls, err := os.ReadDir(filepath.Join(in.cfg.Sysfs, "class", "nvme"))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -392,7 +389,7 @@ func (in *Initiator) controller(n Namespace, hostNQN string) (string, string, er
 		if s, _ := sysattr.Read(in.ctrlPath(c, "subsysnqn")); s != n.Subsystem {
 			continue
 		}
-		if h, _ := sysattr.Read(in.ctrlPath(c, "hostnqn")); h != hostNQN {
+		if h, _ := sysattr.Read(in.ctrlPath(c, "hostnqn")); hostNQN != "" && h != hostNQN {
 			continue
 		}
 		if a, _ := sysattr.Read(in.ctrlPath(c, "address")); !sameAddr(a, n.Addr) {
