@@ -71,10 +71,10 @@ type NvmeRescanResponse struct {
 }
 
 // NvmeHostNQN is the node's host NQN: /etc/nvme/hostnqn when it exists,
-// else one derived from /etc/machine-id
-// ("nqn.2014-08.org.nvmexpress:uuid:<uuid>"), so a node without
-// nvme-cli still has a stable name. FAILED_PRECONDITION when neither
-// file gives one.
+// else "nqn.2014-08.org.nvmexpress:uuid:<uuid>" with the machine's DMI
+// product UUID (what nvme-cli's gen-hostnqn writes), else with a UUID
+// derived from /etc/machine-id, so a node without nvme-cli still has a
+// stable name. FAILED_PRECONDITION when none of them gives one.
 type NvmeHostNQN struct {
 	NQN string `wire:"1"`
 }

@@ -147,6 +147,7 @@ func ParseUUID(s string) (string, error) {
 }
 
 // HostNQN answers the node's host NQN: the host NQN file's, else one
+// made of the DMI product UUID (as nvme-cli's gen-hostnqn does), else one
 // derived from the machine ID.
 func (in *Initiator) HostNQN() (string, error) {
 	nqn, _, err := in.identity()
@@ -168,6 +169,14 @@ func (in *Initiator) identity() (nqn, id string, err error) {
 		return nqn, uuidOf("hostid:" + nqn), nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return "", "", abi.Errorf(abi.FailedPrecondition, "host NQN: %v", err)
+	}
+	// As nvme-cli's gen-hostnqn: the machine's DMI product UUID, which
+	// firmware keeps across reinstalls (readable through /sys, which node
+	// containers mount anyway).
+	if b, err := os.ReadFile(filepath.Join(in.cfg.Sysfs, "class", "dmi", "id", "product_uuid")); err == nil {
+		if u, err := ParseUUID(strings.TrimSpace(string(b))); err == nil && u != "ffffffff-ffff-ffff-ffff-ffffffffffff" {
+			return "nqn.2014-08.org.nvmexpress:uuid:" + u, u, nil
+		}
 	}
 	b, err := os.ReadFile(in.cfg.MachineIDFile)
 	mid := strings.TrimSpace(string(b))
