@@ -51,7 +51,12 @@ func TestNvmeofKill9(t *testing.T) {
 	d := daemontest.New(t, daemontest.Options{Modules: []daemontest.Module{
 		{Name: "nvmeof", Wasm: wasm, HostCalls: nvmeoftest.HostCalls, Pool: true, Roots: fx.Roots(), Config: fx.Config()},
 	}})
-	if err := d.Start(); err != nil {
+	// The first start compiles the module (about a minute under TCG);
+	// later ones load it from the cache.
+	if err := d.Spawn(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WaitReady(5 * time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
