@@ -88,7 +88,12 @@ func TestNvmeofKill9(t *testing.T) {
 		waitFor(cond, nil2(done))
 		d.Kill(true)
 		<-done
-		if err := d.Start(); err != nil {
+		// Loading the module from the compilation cache takes tens of
+		// seconds under TCG.
+		if err := d.Spawn(); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.WaitReady(5 * time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		var err error
