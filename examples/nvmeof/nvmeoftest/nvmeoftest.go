@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,6 +52,8 @@ var HostCalls = []string{"file", "nvmet", "nvme"}
 
 // InVM reports whether the test runs inside the VM tier's guest.
 func InVM() bool { return os.Getenv(envVM) == "1" }
+
+var headDisk = regexp.MustCompile(`^nvme[0-9]+n[0-9]+$`)
 
 var kernelModules = []string{"configfs", "nvmet", "nvmet_tcp", "nvme_tcp"}
 
@@ -172,6 +175,10 @@ func controllers(prefix string) []Controller {
 		// The namespace disks of the controller's subsystem.
 		blocks, _ := os.ReadDir("/sys/block")
 		for _, b := range blocks {
+			// nvme<X>n<Y>, not a hidden path of it (nvme<X>c<C>n<Y>).
+			if !headDisk.MatchString(b.Name()) {
+				continue
+			}
 			if readAttr(filepath.Join("/sys/block", b.Name(), "device", "subsysnqn")) == sub {
 				c.Disks = append(c.Disks, b.Name())
 			}
