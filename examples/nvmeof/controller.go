@@ -384,16 +384,16 @@ func (b *Backend) ControllerPublish(req *abi.ControllerPublishRequest) (*abi.Con
 	if err != nil {
 		return nil, err
 	}
-	host := req.NodeContext[NodeContextHostNQN]
-	if host == "" {
-		return nil, sdk.Error(abi.FailedPrecondition, "node ", strconv.Quote(req.NodeID), " reported no NVMe host NQN: ",
-			"load the nvmeof module on it with the nvme grant")
-	}
 	if _, err := hostcall.FileStat(v.path); err != nil {
 		if abi.CodeOf(err) == abi.NotFound {
 			return nil, sdk.Error(abi.NotFound, "volume ", req.Volume.LocalID, " does not exist: its file ", v.path, " is gone")
 		}
 		return nil, sdk.Wrap(err, "stat "+v.path)
+	}
+	host := req.NodeContext[NodeContextHostNQN]
+	if host == "" {
+		return nil, sdk.Error(abi.FailedPrecondition, "node ", strconv.Quote(req.NodeID), " reported no NVMe host NQN: ",
+			"load the nvmeof module on it with the nvme grant")
 	}
 	if err := b.ensureNamespace(v); err != nil {
 		return nil, err
