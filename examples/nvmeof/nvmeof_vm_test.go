@@ -237,7 +237,11 @@ func TestVMBadInputCreatesNothing(t *testing.T) {
 // TestVMDataPath compares the data path through NVMe/TCP on loopback with
 // the same file attached locally as a loop device, with fio (4k random
 // QD1 and QD32, 1M sequential; 3 s each). It only runs with
-// WASMCSI_NVMEOF_BENCH=1: the numbers are for a person, not a gate.
+// WASMCSI_NVMEOF_BENCH=1: the numbers are for a person, not a gate. On
+// the guest's Debian 6.1 kernel the 1M write over loopback once hit a
+// kernel BUG in nvmet_tcp's receive path (hardened usercopy, "Kernel
+// memory exposure attempt detected from page alloc"), which hangs the
+// guest: another reason it is no gate.
 func TestVMDataPath(t *testing.T) {
 	if os.Getenv("WASMCSI_NVMEOF_BENCH") != "1" {
 		t.Skip("set WASMCSI_NVMEOF_BENCH=1 to compare the data paths")
