@@ -67,4 +67,13 @@ var HostCalls = []HostCallDecl{
 	{Name: HostCallMountInfo, Family: "mount", Request: "MountInfoRequest", Response: "MountInfo"},
 	{Name: HostCallNetRouteTo, Family: "net", Request: "NetRouteToRequest", Response: "NetRoute"},
 	{Name: HostCallNetInterfaces, Family: "net", Request: "Empty", Response: "NetInterfaces"},
+	{Name: HostCallNvmeConnect, Family: "nvme", Request: "NvmeNamespace", Response: "NvmeConnectResponse"},
+	{Name: HostCallNvmeDisconnect, Family: "nvme", Request: "NvmeNamespace", Response: "Empty"},
+	{Name: HostCallNvmeRescan, Family: "nvme", Request: "NvmeNamespace", Response: "NvmeRescanResponse"},
+	{Name: HostCallNvmeHostNqn, Family: "nvme", Request: "Empty", Response: "NvmeHostNQN"},
+	{Name: HostCallNvmetNamespaceCreate, Family: "nvmet", Request: "NvmetNamespaceCreateRequest", Response: "Empty"},
+	{Name: HostCallNvmetNamespaceDelete, Family: "nvmet", Request: "NvmetNamespaceRequest", Response: "Empty"},
+	{Name: HostCallNvmetNamespaceResize, Family: "nvmet", Request: "NvmetNamespaceRequest", Response: "NvmetNamespaceResizeResponse"},
+	{Name: HostCallNvmetHostAllow, Family: "nvmet", Request: "NvmetHostRequest", Response: "Empty"},
+	{Name: HostCallNvmetHostDeny, Family: "nvmet", Request: "NvmetHostRequest", Response: "Empty"},
 }

@@ -220,7 +220,10 @@ func TestHelmChartOperatorValues(t *testing.T) {
 	portal := []string{"--set", "layout=split",
 		"--set", "split.controller.backends.iscsi.config.portal=10.1.2.3:3260",
 		"--set", "split.controller.backends.iscsi.extraRoots={iqn.2026-01.dev.wasmcsi:,10.1.2.3:3260,0.0.0.0:3260}",
-		"--set", "split.node.backends.iscsi.extraRoots={10.1.2.3:3260}"}
+		"--set", "split.node.backends.iscsi.extraRoots={10.1.2.3:3260}",
+		"--set", "split.controller.backends.nvmeof.config.address=10.1.2.3:4420",
+		"--set", "split.controller.backends.nvmeof.extraRoots={nqn.2026-01.dev.wasmcsi:,10.1.2.3:4420,0.0.0.0:4420}",
+		"--set", "split.node.backends.nvmeof.extraRoots={10.1.2.3:4420}"}
 
 	t.Run("placeholder portal", func(t *testing.T) {
 		if _, err := render(t, helm, "wasmcsi", "s", with("--set", "layout=split")...); err == nil || !strings.Contains(err.Error(), "192.0.2.5") {
@@ -229,6 +232,10 @@ func TestHelmChartOperatorValues(t *testing.T) {
 		// Replaced in one list only: still refused.
 		if _, err := render(t, helm, "wasmcsi", "s", with("--set", "layout=split", "--set", "split.controller.backends.iscsi.config.portal=10.1.2.3:3260")...); err == nil {
 			t.Error("placeholder left in the roots, rendered anyway")
+		}
+		// The iSCSI portal replaced, the NVMe/TCP address not: refused.
+		if _, err := render(t, helm, "wasmcsi", "s", with(portal[:8]...)...); err == nil || !strings.Contains(err.Error(), "192.0.2.5") {
+			t.Errorf("split layout with the placeholder NVMe/TCP address: %v", err)
 		}
 		mustRender(t, helm, "wasmcsi", "s", with(portal...)...)
 	})

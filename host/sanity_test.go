@@ -16,6 +16,7 @@ import (
 	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
 	"github.com/wasmcsi/wasmcsi/examples/iscsi/iscsitest"
 	"github.com/wasmcsi/wasmcsi/examples/lvm/lvmmodule"
+	"github.com/wasmcsi/wasmcsi/examples/nvmeof/nvmeoftest"
 	"github.com/wasmcsi/wasmcsi/hostcalls/lvm/lvmtest"
 	"github.com/wasmcsi/wasmcsi/modules/moduletest"
 )
@@ -102,8 +103,9 @@ type sanityBackend struct {
 }
 
 // sanityBackends are the node-local backends this machine can test for
-// real; device-mapper and iSCSI (LIO and open-iscsi on loopback, the
-// controller and the node in one daemon) run in the VM tier.
+// real; device-mapper, iSCSI (LIO and open-iscsi on loopback, the
+// controller and the node in one daemon) and NVMe/TCP (nvmet and the
+// kernel's initiator on loopback) run in the VM tier.
 var sanityBackends = []sanityBackend{
 	{backend: "localdir", hostcalls: []string{"dir", "mount"}, access: []string{"mount"}},
 	{backend: "loopfile", hostcalls: []string{"file", "loop"}, access: []string{"mount", "block"}, size: 16 << 20,
@@ -118,6 +120,7 @@ var sanityBackends = []sanityBackend{
 		params: map[string]string{"deviceClass": "thin"}},
 	{backend: "lvm", variant: "thick", hostcalls: lvmmodule.HostCalls, access: []string{"block"}, size: 16 << 20, prepare: prepareLvm,
 		params: map[string]string{"deviceClass": "thick"}, skip: thickSkips},
+	{backend: "nvmeof", hostcalls: nvmeoftest.HostCalls, access: []string{"mount", "block"}, size: 16 << 20, prepare: prepareNvmeof},
 }
 
 // thickSkips are the csi-sanity specs a thick device class cannot pass:

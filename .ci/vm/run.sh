@@ -31,7 +31,7 @@
 # image and job folders; QEMU_EXTRA adds qemu arguments (word-split).
 set -euo pipefail
 
-IMAGE_REV=2   # bump when the image layout below changes
+IMAGE_REV=3   # bump when the image layout below changes
 CACHE=${WASMCSI_VM_CACHE:-/var/tmp/wasmcsi-vm}
 MEM=2048 SMP=$(nproc) TIMEOUT=1200 ISCSID=0 UDEV=0 VERBOSE=0 REBUILD=0 BUILD_ONLY=0
 CMD="" SCRIPT="" JOB="" FILES=()
@@ -117,7 +117,8 @@ fetch_kernel() {
 GUEST_MODULES="virtio_pci virtio_blk virtio_rng 9p 9pnet_virtio loop dm_mod dm_thin_pool dm_log_writes dm_flakey
   dm_snapshot dm_crypt dm_mirror dm_multipath dm_round_robin dm_zero ext4 xfs btrfs quota_v2 fuse overlay
   crc32c_generic crc32c_intel iscsi_tcp sd_mod sg scsi_dh_alua nbd configfs target_core_mod
-  target_core_iblock target_core_file target_core_user iscsi_target_mod tcm_loop"
+  target_core_iblock target_core_file target_core_user iscsi_target_mod tcm_loop
+  nvmet nvmet_tcp nvme_tcp nvme_fabrics nvme_core"
 # Programs in the guest, copied with their shared libraries; busybox fills the rest.
 GUEST_PROGRAMS="dmsetup pdata_tools thin_check thin_dump thin_restore thin_repair thin_ls
   thin_delta thin_trim thin_metadata_size iscsiadm iscsid iscsi-iname iscsistart tgtd tgtadm
@@ -125,7 +126,7 @@ GUEST_PROGRAMS="dmsetup pdata_tools thin_check thin_dump thin_restore thin_repai
   mkfs.xfs xfs_repair xfs_growfs xfs_admin xfs_info xfs_db xfs_io mkfs.btrfs btrfs btrfstune
   fsck.btrfs losetup blkid blockdev lsblk findmnt mountpoint mount umount wipefs fallocate
   nsenter unshare kmod modprobe insmod rmmod lsmod depmod modinfo udevadm bash truncate sync
-  sha256sum timeout stat dd lvm"
+  sha256sum timeout stat dd lvm fio"
 
 # copy_program HOSTPATH DESTDIR: copy an ELF (or a multi-call symlink to one)
 # and every shared library it needs into the image root.
@@ -201,6 +202,8 @@ build_image() {
   cp /etc/iscsi/iscsid.conf "$ROOT/etc/iscsi/"
   sed -i 's/^node.startup = .*/node.startup = manual/' "$ROOT/etc/iscsi/iscsid.conf"
   echo "InitiatorName=iqn.2024-01.dev.wasmcsi:vm-guest" >"$ROOT/etc/iscsi/initiatorname.iscsi"
+  mkdir -p "$ROOT/etc/nvme"
+  echo "nqn.2014-08.org.nvmexpress:uuid:0b5e3c8a-0000-4000-8000-00000000c0de" >"$ROOT/etc/nvme/hostnqn"
   cp /etc/mke2fs.conf "$ROOT/etc/" 2>/dev/null || true
 
   cat >"$ROOT/init" <<'EOF'

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/wasmcsi/wasmcsi/examples/internal/netblock"
 	"github.com/wasmcsi/wasmcsi/sdk"
 )
 
@@ -95,57 +96,10 @@ func hasRoot(roots []string, folder string) bool {
 // canonicalPortal reads "a.b.c.d[:port]" or "[ipv6][:port]" and answers
 // "a.b.c.d:port" / "[ipv6]:port" with port 3260 when omitted. It checks
 // the form only; the host checks the address for real.
-func canonicalPortal(s string) (string, bool) {
-	host, port := s, "3260"
-	if strings.HasPrefix(s, "[") {
-		end := strings.IndexByte(s, ']')
-		if end < 0 {
-			return "", false
-		}
-		host = strings.ToLower(s[1:end])
-		if rest := s[end+1:]; rest != "" {
-			if rest[0] != ':' {
-				return "", false
-			}
-			port = rest[1:]
-		}
-		if !strings.Contains(host, ":") || strings.Trim(host, "0123456789abcdef:.") != "" {
-			return "", false
-		}
-		host = "[" + host + "]"
-	} else {
-		if i := strings.IndexByte(s, ':'); i >= 0 {
-			host, port = s[:i], s[i+1:]
-		}
-		parts := strings.Split(host, ".")
-		if len(parts) != 4 {
-			return "", false
-		}
-		for i, p := range parts {
-			n, err := strconv.Atoi(p)
-			if err != nil || n < 0 || n > 255 || p == "" || (len(p) > 1 && p[0] == '0') {
-				return "", false
-			}
-			parts[i] = strconv.Itoa(n)
-		}
-		host = strings.Join(parts, ".")
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 1 || n > 65535 || port[0] == '0' {
-		return "", false
-	}
-	return host + ":" + port, true
-}
+func canonicalPortal(s string) (string, bool) { return netblock.CanonicalAddr(s, "3260") }
 
 // grantedPortal reports whether a root names the canonical portal p.
-func grantedPortal(roots []string, p string) bool {
-	for _, r := range roots {
-		if c, ok := canonicalPortal(r); ok && c == p {
-			return true
-		}
-	}
-	return false
-}
+func grantedPortal(roots []string, p string) bool { return netblock.GrantedAddr(roots, p, "3260") }
 
 // grantedTarget reports whether a granted IQN prefix root leads to iqn.
 func grantedTarget(roots []string, iqn string) bool {

@@ -18,6 +18,8 @@ import (
 	"github.com/wasmcsi/wasmcsi/hostcalls/lvm"
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
 	"github.com/wasmcsi/wasmcsi/hostcalls/netinfo"
+	"github.com/wasmcsi/wasmcsi/hostcalls/nvme"
+	"github.com/wasmcsi/wasmcsi/hostcalls/nvmet"
 )
 
 // Options configure the families that keep state of their own.
@@ -39,6 +41,10 @@ func New(o Options) (map[string]hostcalls.Func, error) {
 		lio.Bindings(),
 		lvm.Bindings(),
 		netinfo.Bindings(),
+		nvmet.Bindings(),
+		// The NVMe initiator keeps no state of its own: the kernel's
+		// controllers are its record.
+		nvme.Bindings(nvme.New(nvme.Config{})),
 	}
 	if o.StateDir != "" {
 		in, err := iscsi.New(filepath.Join(o.StateDir, "iscsi"), nil)
@@ -64,7 +70,7 @@ func New(o Options) (map[string]hostcalls.Func, error) {
 // hostcalls.DeviceOwner); the host stages only a device one of them
 // claims. A family that makes devices is added here too.
 func DeviceOwners() []hostcalls.DeviceOwner {
-	return []hostcalls.DeviceOwner{loop.Devices, dm.Devices, iscsi.Devices, lvm.Devices}
+	return []hostcalls.DeviceOwner{loop.Devices, dm.Devices, iscsi.Devices, lvm.Devices, nvme.Devices}
 }
 
 // DefersSyncs reports whether family's durable effects are the entries of

@@ -2,8 +2,8 @@ package iscsi
 
 import (
 	"context"
+	"github.com/wasmcsi/wasmcsi/hostcalls/internal/netaddr"
 	"net/netip"
-	"strings"
 
 	"github.com/wasmcsi/wasmcsi/abi"
 	"github.com/wasmcsi/wasmcsi/hostcalls"
@@ -81,16 +81,5 @@ func grantedTarget(env *hostcalls.Env, req *abi.IscsiTarget) (Target, error) {
 // or an address prefix ("a.b.c.d/n", "x::/n") that contains its address.
 // Roots that parse as neither allow nothing.
 func portalGranted(roots []string, ap netip.AddrPort) bool {
-	for _, r := range roots {
-		if strings.Contains(r, "/") {
-			if p, err := netip.ParsePrefix(r); err == nil && p.Contains(ap.Addr()) {
-				return true
-			}
-			continue
-		}
-		if rp, err := ParsePortal(r); err == nil && rp == ap {
-			return true
-		}
-	}
-	return false
+	return netaddr.Granted(roots, ap, DefaultPort)
 }

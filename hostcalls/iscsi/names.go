@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/wasmcsi/wasmcsi/abi"
+	"github.com/wasmcsi/wasmcsi/hostcalls/internal/netaddr"
 )
 
 // DefaultPort is the iSCSI port a portal without one uses (RFC 7143).
@@ -94,65 +95,7 @@ func validateIQN(s string) string {
 // or broadcast addresses are refused: the portal names where a session goes
 // and must mean one thing.
 func ParsePortal(s string) (netip.AddrPort, error) {
-	bad := func(why string) (netip.AddrPort, error) {
-		return netip.AddrPort{}, abi.Errorf(abi.InvalidArgument, "portal %q: %s", s, why)
-	}
-	if s == "" {
-		return bad("empty")
-	}
-	var host, port string
-	switch {
-	case s[0] == '[':
-		end := strings.IndexByte(s, ']')
-		if end < 0 {
-			return bad("missing ']'")
-		}
-		host, port = s[1:end], s[end+1:]
-		if port != "" {
-			if port[0] != ':' {
-				return bad("junk after ']'")
-			}
-			port = port[1:]
-			if port == "" {
-				return bad("empty port")
-			}
-		}
-		if !strings.Contains(host, ":") {
-			return bad("brackets are only for IPv6 addresses")
-		}
-	case strings.Count(s, ":") > 1:
-		return bad("IPv6 addresses must be written in brackets, e.g. [fd00::1]:3260")
-	default:
-		var hasPort bool
-		host, port, hasPort = strings.Cut(s, ":")
-		if hasPort && port == "" {
-			return bad("empty port")
-		}
-	}
-	if strings.ContainsRune(host, '%') {
-		return bad("zones are not allowed")
-	}
-	addr, err := netip.ParseAddr(host)
-	if err != nil {
-		return bad("not an IP address (host names are not allowed)")
-	}
-	if addr.Is4In6() {
-		return bad("IPv4-mapped IPv6 addresses are not allowed; write the IPv4 address")
-	}
-	if addr.IsUnspecified() || addr.IsMulticast() || addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
-		return bad("not a unicast address")
-	}
-	p := uint64(DefaultPort)
-	if port != "" {
-		if !isDigits(port) || len(port) > 5 {
-			return bad("port is not a number")
-		}
-		p, _ = strconv.ParseUint(port, 10, 32)
-		if p == 0 || p > 65535 {
-			return bad("port out of range")
-		}
-	}
-	return netip.AddrPortFrom(addr, uint16(p)), nil
+	return netaddr.Parse("portal", s, DefaultPort)
 }
 
 // CHAP holds one-way CHAP credentials: the initiator proves itself to the

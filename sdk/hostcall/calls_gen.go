@@ -319,3 +319,62 @@ func NetInterfaces() (*abi.NetInterfaces, error) {
 	resp := new(abi.NetInterfaces)
 	return resp, call(netInterfaces, abi.HostCallNetInterfaces, &abi.Empty{}, resp)
 }
+
+// NvmeConnect connects to a granted address's subsystem (or
+// reuses the controller that is connected) and answers the
+// namespace's block device (nvme_connect).
+func NvmeConnect(req *abi.NvmeNamespace) (*abi.NvmeConnectResponse, error) {
+	resp := new(abi.NvmeConnectResponse)
+	return resp, call(nvmeConnect, abi.HostCallNvmeConnect, req, resp)
+}
+
+// NvmeDisconnect releases a namespace; the controller is
+// disconnected with its last namespace (nvme_disconnect).
+func NvmeDisconnect(req *abi.NvmeNamespace) error {
+	return call(nvmeDisconnect, abi.HostCallNvmeDisconnect, req, nil)
+}
+
+// NvmeRescan makes the node see a grown namespace's size (nvme_rescan).
+func NvmeRescan(req *abi.NvmeNamespace) (*abi.NvmeRescanResponse, error) {
+	resp := new(abi.NvmeRescanResponse)
+	return resp, call(nvmeRescan, abi.HostCallNvmeRescan, req, resp)
+}
+
+// NvmeHostNqn answers the node's host NQN, which a module
+// reports in node_info so its controller can allow the node. It needs
+// no root (nvme_host_nqn).
+func NvmeHostNqn() (string, error) {
+	resp := new(abi.NvmeHostNQN)
+	err := call(nvmeHostNqn, abi.HostCallNvmeHostNqn, &abi.Empty{}, resp)
+	return resp.NQN, err
+}
+
+// NvmetNamespaceCreate serves a block device or file as a
+// namespace of a subsystem, creating the subsystem and its ports (nvmet_namespace_create).
+func NvmetNamespaceCreate(req *abi.NvmetNamespaceCreateRequest) error {
+	return call(nvmetNamespaceCreate, abi.HostCallNvmetNamespaceCreate, req, nil)
+}
+
+// NvmetNamespaceDelete removes a namespace; the subsystem
+// goes with its last namespace (nvmet_namespace_delete).
+func NvmetNamespaceDelete(req *abi.NvmetNamespaceRequest) error {
+	return call(nvmetNamespaceDelete, abi.HostCallNvmetNamespaceDelete, req, nil)
+}
+
+// NvmetNamespaceResize makes the namespace report its backing
+// store's current size (nvmet_namespace_resize).
+func NvmetNamespaceResize(req *abi.NvmetNamespaceRequest) (*abi.NvmetNamespaceResizeResponse, error) {
+	resp := new(abi.NvmetNamespaceResizeResponse)
+	return resp, call(nvmetNamespaceResize, abi.HostCallNvmetNamespaceResize, req, resp)
+}
+
+// NvmetHostAllow lets a host NQN connect to a subsystem (nvmet_host_allow).
+func NvmetHostAllow(req *abi.NvmetHostRequest) error {
+	return call(nvmetHostAllow, abi.HostCallNvmetHostAllow, req, nil)
+}
+
+// NvmetHostDeny takes a host's access away and ends its
+// controllers (fencing) (nvmet_host_deny).
+func NvmetHostDeny(req *abi.NvmetHostRequest) error {
+	return call(nvmetHostDeny, abi.HostCallNvmetHostDeny, req, nil)
+}

@@ -41,6 +41,11 @@ func wrapperCases() []wrapperCase {
 	lvCreate := &abi.LvmCreateRequest{VG: "vg0", Name: "v-a", SizeBytes: 1 << 30, ThinPool: "thin", Tags: []string{"k=v"}}
 	lvReq := &abi.LvmLvRequest{VG: "vg0", Name: "v-a"}
 	lv := &abi.LvmLv{VG: "vg0", Name: "v-a", SizeBytes: 1 << 30, ThinPool: "thin", Active: true, Path: "/dev/mapper/vg0-v--a", Major: 253, Minor: 3}
+	nvmeNS := &abi.NvmeNamespace{Address: "192.0.2.5:4420", Subsystem: "nqn.2024-01.dev.wasmcsi:v1", UUID: "0b5e3c8a-3f7e-4c1e-9d2a-6f4b8e1a2c3d"}
+	nvmetCreate := &abi.NvmetNamespaceCreateRequest{Subsystem: "nqn.2024-01.dev.wasmcsi:v1", NSID: 1, Path: "/pool/v.img",
+		UUID: "0b5e3c8a-3f7e-4c1e-9d2a-6f4b8e1a2c3d", Ports: []string{"0.0.0.0:4420"}}
+	nvmetNS := &abi.NvmetNamespaceRequest{Subsystem: "nqn.2024-01.dev.wasmcsi:v1", NSID: 1, Path: "/pool/v.img"}
+	nvmetHost := &abi.NvmetHostRequest{Subsystem: "nqn.2024-01.dev.wasmcsi:v1", Host: "nqn.2014-08.org.nvmexpress:uuid:x"}
 	grant := &abi.LioGrantRequest{Target: target, LUN: 3, Initiator: "iqn.1993-08.org.debian:01:abc"}
 	ifaces := &abi.NetInterfaces{Interfaces: []abi.NetInterface{{Name: "lo", Index: 1, Up: true, Running: true, Loopback: true, MTU: 65536, Addrs: []string{"127.0.0.1/8"}}}}
 	return []wrapperCase{
@@ -174,6 +179,19 @@ func wrapperCases() []wrapperCase {
 		{abi.HostCallLvmLvStatus, lvReq, lv, func() (any, error) { return val(hostcall.LvmLvStatus(lvReq)) }, lv},
 		{abi.HostCallLvmLvList, &abi.LvmListRequest{VG: "vg0"}, &abi.LvmLvList{LVs: []abi.LvmLv{*lv}},
 			func() (any, error) { return val(hostcall.LvmLvList(&abi.LvmListRequest{VG: "vg0"})) }, &abi.LvmLvList{LVs: []abi.LvmLv{*lv}}},
+		{abi.HostCallNvmeConnect, nvmeNS, &abi.NvmeConnectResponse{Device: "/dev/nvme1n1", Controller: "nvme1"},
+			func() (any, error) { return val(hostcall.NvmeConnect(nvmeNS)) }, &abi.NvmeConnectResponse{Device: "/dev/nvme1n1", Controller: "nvme1"}},
+		{abi.HostCallNvmeDisconnect, nvmeNS, nil, func() (any, error) { return ret(hostcall.NvmeDisconnect(nvmeNS)) }, nil},
+		{abi.HostCallNvmeRescan, nvmeNS, &abi.NvmeRescanResponse{SizeBytes: 2 << 30},
+			func() (any, error) { return val(hostcall.NvmeRescan(nvmeNS)) }, &abi.NvmeRescanResponse{SizeBytes: 2 << 30}},
+		{abi.HostCallNvmeHostNqn, &abi.Empty{}, &abi.NvmeHostNQN{NQN: "nqn.2014-08.org.nvmexpress:uuid:x"},
+			func() (any, error) { return val(hostcall.NvmeHostNqn()) }, "nqn.2014-08.org.nvmexpress:uuid:x"},
+		{abi.HostCallNvmetNamespaceCreate, nvmetCreate, nil, func() (any, error) { return ret(hostcall.NvmetNamespaceCreate(nvmetCreate)) }, nil},
+		{abi.HostCallNvmetNamespaceDelete, nvmetNS, nil, func() (any, error) { return ret(hostcall.NvmetNamespaceDelete(nvmetNS)) }, nil},
+		{abi.HostCallNvmetNamespaceResize, nvmetNS, &abi.NvmetNamespaceResizeResponse{SizeBytes: 2 << 30},
+			func() (any, error) { return val(hostcall.NvmetNamespaceResize(nvmetNS)) }, &abi.NvmetNamespaceResizeResponse{SizeBytes: 2 << 30}},
+		{abi.HostCallNvmetHostAllow, nvmetHost, nil, func() (any, error) { return ret(hostcall.NvmetHostAllow(nvmetHost)) }, nil},
+		{abi.HostCallNvmetHostDeny, nvmetHost, nil, func() (any, error) { return ret(hostcall.NvmetHostDeny(nvmetHost)) }, nil},
 
 		{abi.HostCallNetRouteTo, &abi.NetRouteToRequest{IP: "192.0.2.5"}, &abi.NetRoute{Interface: "eth0", Src: "192.0.2.1"},
 			func() (any, error) { return val(hostcall.NetRouteTo(&abi.NetRouteToRequest{IP: "192.0.2.5"})) },

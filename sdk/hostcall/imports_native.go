@@ -21,4 +21,6 @@ var (
 	lvmVgStatus, lvmPoolStatus, lvmLvCreate, lvmLvRemove, lvmLvExtend, lvmLvSnapshot, lvmLvActivate, lvmLvDeactivate, lvmLvStatus, lvmLvList rawFunc
 	mountBind, mountUnmount, mountInfo                                                                                                       rawFunc
 	netRouteTo, netInterfaces                                                                                                                rawFunc
+	nvmeConnect, nvmeDisconnect, nvmeRescan, nvmeHostNqn                                                                                     rawFunc
+	nvmetNamespaceCreate, nvmetNamespaceDelete, nvmetNamespaceResize, nvmetHostAllow, nvmetHostDeny                                          rawFunc
 )

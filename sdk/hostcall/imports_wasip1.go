@@ -327,3 +327,57 @@ func netInterfacesImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, 
 func netInterfaces(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
 	return netInterfacesImport(req, reqLen, out, outLimit)
 }
+
+//go:wasmimport wasmcsi nvme_connect
+func nvmeConnectImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nvmeConnect(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nvmeConnectImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nvme_disconnect
+func nvmeDisconnectImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nvmeDisconnect(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nvmeDisconnectImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nvme_rescan
+func nvmeRescanImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nvmeRescan(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nvmeRescanImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nvme_host_nqn
+func nvmeHostNqnImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nvmeHostNqn(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nvmeHostNqnImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nvmet_namespace_create
+func nvmetNamespaceCreateImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nvmetNamespaceCreate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nvmetNamespaceCreateImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nvmet_namespace_delete
+func nvmetNamespaceDeleteImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nvmetNamespaceDelete(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nvmetNamespaceDeleteImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nvmet_namespace_resize
+func nvmetNamespaceResizeImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nvmetNamespaceResize(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nvmetNamespaceResizeImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nvmet_host_allow
+func nvmetHostAllowImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nvmetHostAllow(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nvmetHostAllowImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nvmet_host_deny
+func nvmetHostDenyImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nvmetHostDeny(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nvmetHostDenyImport(req, reqLen, out, outLimit)
+}

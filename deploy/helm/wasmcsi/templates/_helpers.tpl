@@ -95,7 +95,7 @@ left in the split layout's values: nodes would log in to nowhere.
 {{- define "wasmcsi.checkPortal" -}}
 {{- if and (eq .Values.layout "split") (not .Values.split.allowPlaceholderPortal) -}}
 {{- if contains "192.0.2.5" (toYaml .Values.split) -}}
-{{- fail "split layout: the iSCSI portal is still the placeholder 192.0.2.5; set split.controller.backends.iscsi.config.portal, split.controller.backends.iscsi.extraRoots and split.node.backends.iscsi.extraRoots to the storage host's address (deploy/README.md, \"iSCSI\")" -}}
+{{- fail "split layout: the iSCSI portal or the NVMe/TCP address is still the placeholder 192.0.2.5; set split.controller.backends.iscsi.config.portal, split.controller.backends.iscsi.extraRoots and split.node.backends.iscsi.extraRoots (and split.controller.backends.nvmeof.config.address, split.controller.backends.nvmeof.extraRoots and split.node.backends.nvmeof.extraRoots, or remove the nvmeof backends) to the storage host's address (deploy/README.md, \"iSCSI\")" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
