@@ -62,8 +62,8 @@ func TestShippedConfigsServe(t *testing.T) {
 		attach   bool
 	}{
 		{layouts[0], "wasmcsi", []string{"localdir", "loopfile"}, "device-mapper is not available", false},
-		{layouts[1], "wasmcsi-iscsi-controller", []string{"iscsi"}, "", true},
-		{layouts[1], "wasmcsi-iscsi-node", []string{"iscsi"}, "", false},
+		{layouts[1], "wasmcsi-iscsi-controller", []string{"iscsi", "nvmeof"}, "", true},
+		{layouts[1], "wasmcsi-iscsi-node", []string{"iscsi", "nvmeof"}, "", false},
 	} {
 		t.Run(tc.workload, func(t *testing.T) {
 			t.Parallel()
