@@ -16,6 +16,7 @@ import (
 	"github.com/wasmcsi/wasmcsi/examples/dmthin/dmthintest"
 	"github.com/wasmcsi/wasmcsi/examples/iscsi/iscsitest"
 	"github.com/wasmcsi/wasmcsi/examples/lvm/lvmmodule"
+	"github.com/wasmcsi/wasmcsi/examples/nfs/nfstest"
 	"github.com/wasmcsi/wasmcsi/examples/nvmeof/nvmeoftest"
 	"github.com/wasmcsi/wasmcsi/hostcalls/lvm/lvmtest"
 	"github.com/wasmcsi/wasmcsi/modules/moduletest"
@@ -54,6 +55,9 @@ func sanityTargets(t *testing.T) []sanityTarget {
 				if b.variant != "" {
 					label += "-" + b.variant
 				}
+				if b.label != "" {
+					label = b.label
+				}
 				name := fmt.Sprintf("%s/%s/%s", label, tc, access)
 				if !selected(name) {
 					continue
@@ -84,7 +88,10 @@ func sanityTargets(t *testing.T) []sanityTarget {
 type sanityBackend struct {
 	backend string
 	// variant tells targets of one backend apart (its device class).
-	variant   string
+	variant string
+	// label names the target instead of backend (one backend, two
+	// StorageClass modes).
+	label     string
 	hostcalls []string
 	access    []string
 	params    map[string]string
@@ -121,6 +128,10 @@ var sanityBackends = []sanityBackend{
 	{backend: "lvm", variant: "thick", hostcalls: lvmmodule.HostCalls, access: []string{"block"}, size: 16 << 20, prepare: prepareLvm,
 		params: map[string]string{"deviceClass": "thick"}, skip: thickSkips},
 	{backend: "nvmeof", hostcalls: nvmeoftest.HostCalls, access: []string{"mount", "block"}, size: 16 << 20, prepare: prepareNvmeof},
+	{backend: "nfs", label: "nfs-server", hostcalls: nfstest.HostCalls, access: []string{"mount"}, size: 16 << 20,
+		params: map[string]string{"mode": "server"}, prepare: prepareNFS},
+	{backend: "nfs", label: "nfs-client", hostcalls: nfstest.HostCalls, access: []string{"mount"}, size: 16 << 20,
+		params: map[string]string{"mode": "client", "server": "127.0.0.1", "share": nfsSanityShare}, prepare: prepareNFS},
 }
 
 // thickSkips are the csi-sanity specs a thick device class cannot pass:
@@ -143,6 +154,28 @@ func prepareLvm(t *testing.T, tc moduletest.Toolchain, name string, o *daemonOpt
 	fx := lvmtest.New(t, strings.NewReplacer("-", "", "/", "").Replace(name), 2<<30, 1<<30)
 	t.Cleanup(func() { fx.CheckOperator(t) })
 	*o = lvmOptions(wasm, fx)
+	return true
+}
+
+// nfsSanityShare is the export client-mode sanity runs make their folders in.
+const nfsSanityShare = "/tmp/wcsi-nfs-sanity-share"
+
+// prepareNFS gives an nfs target the module file the VM tier copied in,
+// the guest's NFS server (nodes and controller are one daemon on
+// 127.0.0.1) and, for client mode, an export of the test's own.
+func prepareNFS(t *testing.T, tc moduletest.Toolchain, name string, o *daemonOptions) bool {
+	wasm, why := nfstest.ModuleFile(tc)
+	if wasm == "" {
+		t.Logf("%s left out: %s", name, why)
+		return false
+	}
+	nfstest.Server(t)
+	nfstest.Share(t, "sanity", nfsSanityShare, "127.0.0.1")
+	mounts := t.TempDir()
+	t.Cleanup(func() { nfstest.DetachUnder(t, mounts); nfstest.Withdraw(t) })
+	*o = daemonOptions{backend: "nfs", wasm: wasm, hostcalls: nfstest.HostCalls,
+		extraRoots: []string{mounts, "127.0.0.1", "127.0.0.1:/"},
+		config:     map[string]string{"server": "127.0.0.1", "mounts": mounts}}
 	return true
 }
 

@@ -70,7 +70,7 @@ mkdir -p "$CACHE/jobs"
 # ------------------------------------------------------------------ host packages
 # Tools copied into the guest come from these packages; qemu runs it.
 HOST_PKGS="qemu-system-x86 busybox-static dmsetup thin-provisioning-tools open-iscsi tgt lvm2
-  e2fsprogs xfsprogs btrfs-progs util-linux kmod udev bash cpio xz-utils coreutils"
+  nfs-kernel-server nfs-common e2fsprogs xfsprogs btrfs-progs util-linux kmod udev bash cpio xz-utils coreutils"
 install_host_packages() {
   local missing=() p rc=0
   for p in $HOST_PKGS; do
@@ -78,7 +78,7 @@ install_host_packages() {
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   log "installing ${missing[*]}"
-  # Never start the iscsid or tgt services on the host: a policy-rc.d that
+  # Never start the iscsid, tgt or NFS services on the host: a policy-rc.d that
   # refuses every start, removed again unless it was there before.
   local own_policy=0
   if [ ! -e /usr/sbin/policy-rc.d ]; then
@@ -118,7 +118,7 @@ GUEST_MODULES="virtio_pci virtio_blk virtio_rng 9p 9pnet_virtio loop dm_mod dm_t
   dm_snapshot dm_crypt dm_mirror dm_multipath dm_round_robin dm_zero ext4 xfs btrfs quota_v2 fuse overlay
   crc32c_generic crc32c_intel iscsi_tcp sd_mod sg scsi_dh_alua nbd configfs target_core_mod
   target_core_iblock target_core_file target_core_user iscsi_target_mod tcm_loop
-  nvmet nvmet_tcp nvme_tcp nvme_fabrics nvme_core"
+  nvmet nvmet_tcp nvme_tcp nvme_fabrics nvme_core nfsd nfsv4 veth"
 # Programs in the guest, copied with their shared libraries; busybox fills the rest.
 GUEST_PROGRAMS="dmsetup pdata_tools thin_check thin_dump thin_restore thin_repair thin_ls
   thin_delta thin_trim thin_metadata_size iscsiadm iscsid iscsi-iname iscsistart tgtd tgtadm
@@ -126,7 +126,7 @@ GUEST_PROGRAMS="dmsetup pdata_tools thin_check thin_dump thin_restore thin_repai
   mkfs.xfs xfs_repair xfs_growfs xfs_admin xfs_info xfs_db xfs_io mkfs.btrfs btrfs btrfstune
   fsck.btrfs losetup blkid blockdev lsblk findmnt mountpoint mount umount wipefs fallocate
   nsenter unshare kmod modprobe insmod rmmod lsmod depmod modinfo udevadm bash truncate sync
-  sha256sum timeout stat dd lvm fio"
+  sha256sum timeout stat dd lvm fio exportfs rpc.nfsd rpc.mountd mount.nfs mount.nfs4 umount.nfs umount.nfs4"
 
 # copy_program HOSTPATH DESTDIR: copy an ELF (or a multi-call symlink to one)
 # and every shared library it needs into the image root.
@@ -151,6 +151,9 @@ build_image() {
   log "building guest image $(basename "$IMG")"
   rm -rf "$tmp"; mkdir -p "$tmp"; ROOT=$tmp/root
   mkdir -p "$ROOT"/{usr/bin,usr/sbin,usr/lib/x86_64-linux-gnu,usr/lib64,etc/iscsi,proc,sys,dev,run,tmp,job,root,var/lib/iscsi,var/tmp}
+  # The NFS server's tables (exportfs, rpc.mountd) and libtirpc's netconfig.
+  mkdir -p "$ROOT"/{etc/exports.d,var/lib/nfs/v4recovery}; : >"$ROOT/etc/exports"
+  for p in /etc/netconfig /etc/services /etc/protocols; do [ -f "$p" ] && cp "$p" "$ROOT$p"; done
   ln -s usr/bin "$ROOT/bin"; ln -s usr/sbin "$ROOT/sbin"; ln -s usr/lib "$ROOT/lib"; ln -s usr/lib64 "$ROOT/lib64"
   ln -s /run "$ROOT/var/run"; ln -s /run/lock "$ROOT/var/lock"
 

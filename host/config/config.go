@@ -290,6 +290,11 @@ func isPathRoot(r string) bool {
 	if _, err := netip.ParsePrefix(r); err == nil {
 		return false
 	}
+	// An NFS server with the export it confines mounts to
+	// ("192.0.2.5:/srv/nfs", "nfs.example:/export").
+	if i := strings.Index(r, ":/"); i > 0 && !strings.Contains(r[:i], "/") {
+		return false
+	}
 	return strings.Contains(r, "/")
 }
 

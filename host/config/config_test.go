@@ -80,18 +80,18 @@ func TestRootsKeepPortalsAndPrefixes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Modules = map[string]Module{"x": {Roots: []string{"wasmcsi-", "127.0.0.1:3260", "[fd00::1]:3260", "192.0.2.0/24", "fd00::/64", "rel/pool", "/abs/pool"}}}
+	c.Modules = map[string]Module{"x": {Roots: []string{"wasmcsi-", "127.0.0.1:3260", "[fd00::1]:3260", "192.0.2.0/24", "fd00::/64", "192.0.2.5:/srv/nfs", "rel/pool", "/abs/pool"}}}
 	if err := c.normalize(); err != nil {
 		t.Fatal(err)
 	}
 	got := c.Modules["x"].Roots
-	for i, want := range []string{"wasmcsi-", "127.0.0.1:3260", "[fd00::1]:3260", "192.0.2.0/24", "fd00::/64"} {
+	for i, want := range []string{"wasmcsi-", "127.0.0.1:3260", "[fd00::1]:3260", "192.0.2.0/24", "fd00::/64", "192.0.2.5:/srv/nfs"} {
 		if got[i] != want {
 			t.Errorf("root %q became %q", want, got[i])
 		}
 	}
-	if !filepath.IsAbs(got[5]) || got[6] != "/abs/pool" {
-		t.Errorf("path roots: %v", got[5:])
+	if !filepath.IsAbs(got[6]) || got[7] != "/abs/pool" {
+		t.Errorf("path roots: %v", got[6:])
 	}
 }
 

@@ -5,8 +5,11 @@
 package catalog
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"time"
 
 	"github.com/wasmcsi/wasmcsi/hostcalls"
 	"github.com/wasmcsi/wasmcsi/hostcalls/dirpool"
@@ -18,6 +21,8 @@ import (
 	"github.com/wasmcsi/wasmcsi/hostcalls/lvm"
 	"github.com/wasmcsi/wasmcsi/hostcalls/mount"
 	"github.com/wasmcsi/wasmcsi/hostcalls/netinfo"
+	"github.com/wasmcsi/wasmcsi/hostcalls/nfs"
+	"github.com/wasmcsi/wasmcsi/hostcalls/nfsd"
 	"github.com/wasmcsi/wasmcsi/hostcalls/nvme"
 	"github.com/wasmcsi/wasmcsi/hostcalls/nvmet"
 )
@@ -28,6 +33,27 @@ type Options struct {
 	// which volumes use which session under StateDir/iscsi. Empty leaves
 	// the iscsi family out.
 	StateDir string
+	// Exports is the nfsd family's server; nil is the system's
+	// (/etc/exports.d, exportfs).
+	Exports *nfsd.Server
+}
+
+// reapplyExports makes the kernel serve the recorded exports when there
+// are any and this host has an NFS server; a failure is logged, not
+// fatal: the records stay and every later change applies them again.
+func reapplyExports(s *nfsd.Server) {
+	if nfsd.Available() != nil {
+		return
+	}
+	files, _ := filepath.Glob(filepath.Join(s.Dir, nfsd.FilePrefix+"*.exports"))
+	if len(files) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Apply(ctx); err != nil {
+		slog.Warn("nfs exports not re-applied at start-up", "error", err)
+	}
 }
 
 // New returns every host call by import name.
@@ -45,8 +71,17 @@ func New(o Options) (map[string]hostcalls.Func, error) {
 		// The NVMe initiator keeps no state of its own: the kernel's
 		// controllers are its record.
 		nvme.Bindings(nvme.New(nvme.Config{})),
+		nfs.Bindings(),
 	}
+	exports := o.Exports
+	if exports == nil {
+		exports = nfsd.New()
+	}
+	families = append(families, nfsd.Bindings(exports))
 	if o.StateDir != "" {
+		// The daemon starts: the kernel serves exactly what the export
+		// records say, whatever happened while no daemon ran.
+		reapplyExports(exports)
 		in, err := iscsi.New(filepath.Join(o.StateDir, "iscsi"), nil)
 		if err != nil {
 			return nil, err

@@ -320,6 +320,87 @@ func NetInterfaces() (*abi.NetInterfaces, error) {
 	return resp, call(netInterfaces, abi.HostCallNetInterfaces, &abi.Empty{}, resp)
 }
 
+// NfsMount mounts a granted server's export at a folder in a
+// granted root (nfs_mount).
+func NfsMount(req *abi.NfsMountRequest) (*abi.NfsMount, error) {
+	resp := new(abi.NfsMount)
+	return resp, call(nfsMount, abi.HostCallNfsMount, req, resp)
+}
+
+// NfsUnmount unmounts an NFS mount, lazily when its server
+// does not answer (nfs_unmount).
+func NfsUnmount(req *abi.NfsTargetRequest) error {
+	return call(nfsUnmount, abi.HostCallNfsUnmount, req, nil)
+}
+
+// NfsStat answers what an NFS mount is, its usage and whether
+// its server answers (nfs_stat).
+func NfsStat(req *abi.NfsTargetRequest) (*abi.NfsMount, error) {
+	resp := new(abi.NfsMount)
+	return resp, call(nfsStat, abi.HostCallNfsStat, req, resp)
+}
+
+// NfsDirCreate creates a folder directly in a share the
+// module mounted (nfs_dir_create).
+func NfsDirCreate(req *abi.NfsDirRequest) error {
+	return call(nfsDirCreate, abi.HostCallNfsDirCreate, req, nil)
+}
+
+// NfsDirRemove removes a folder of a mounted share and what
+// it holds (nfs_dir_remove).
+func NfsDirRemove(req *abi.NfsDirRequest) error {
+	return call(nfsDirRemove, abi.HostCallNfsDirRemove, req, nil)
+}
+
+// NfsDirRename renames a folder of a mounted share (nfs_dir_rename).
+func NfsDirRename(req *abi.NfsDirRequest) error {
+	return call(nfsDirRename, abi.HostCallNfsDirRename, req, nil)
+}
+
+// NfsDirCopy copies a folder of a mounted share within it,
+// server-side where the server can (nfs_dir_copy).
+func NfsDirCopy(req *abi.NfsDirRequest) error {
+	return call(nfsDirCopy, abi.HostCallNfsDirCopy, req, nil)
+}
+
+// NfsDirUsage says whether a folder of a mounted share exists
+// and what it holds (nfs_dir_usage).
+func NfsDirUsage(req *abi.NfsDirRequest) (*abi.NfsDirUsage, error) {
+	resp := new(abi.NfsDirUsage)
+	return resp, call(nfsDirUsage, abi.HostCallNfsDirUsage, req, resp)
+}
+
+// NfsdExport exports a folder to exactly the clients named,
+// creating the export or replacing its client list (nfsd_export).
+func NfsdExport(req *abi.NfsdExportRequest) (*abi.NfsdExport, error) {
+	resp := new(abi.NfsdExport)
+	return resp, call(nfsdExport, abi.HostCallNfsdExport, req, resp)
+}
+
+// NfsdUnexport withdraws a folder's export from every client (nfsd_unexport).
+func NfsdUnexport(path string) error {
+	return call(nfsdUnexport, abi.HostCallNfsdUnexport, &abi.NfsdRequest{Path: path}, nil)
+}
+
+// NfsdClientAdd lets one more client reach an export (nfsd_client_add).
+func NfsdClientAdd(req *abi.NfsdClientRequest) (*abi.NfsdExport, error) {
+	resp := new(abi.NfsdExport)
+	return resp, call(nfsdClientAdd, abi.HostCallNfsdClientAdd, req, resp)
+}
+
+// NfsdClientRemove takes one client's access to an export away (nfsd_client_remove).
+func NfsdClientRemove(req *abi.NfsdClientRequest) (*abi.NfsdExport, error) {
+	resp := new(abi.NfsdExport)
+	return resp, call(nfsdClientRemove, abi.HostCallNfsdClientRemove, req, resp)
+}
+
+// NfsdList lists the module's exports under one of its roots,
+// and whether the server runs (nfsd_list).
+func NfsdList(req *abi.NfsdListRequest) (*abi.NfsdExports, error) {
+	resp := new(abi.NfsdExports)
+	return resp, call(nfsdList, abi.HostCallNfsdList, req, resp)
+}
+
 // NvmeConnect connects to a granted address's subsystem (or
 // reuses the controller that is connected) and answers the
 // namespace's block device (nvme_connect).

@@ -21,6 +21,8 @@ var (
 	lvmVgStatus, lvmPoolStatus, lvmLvCreate, lvmLvRemove, lvmLvExtend, lvmLvSnapshot, lvmLvActivate, lvmLvDeactivate, lvmLvStatus, lvmLvList rawFunc
 	mountBind, mountUnmount, mountInfo                                                                                                       rawFunc
 	netRouteTo, netInterfaces                                                                                                                rawFunc
+	nfsMount, nfsUnmount, nfsStat, nfsDirCreate, nfsDirRemove, nfsDirRename, nfsDirCopy, nfsDirUsage                                         rawFunc
+	nfsdExport, nfsdUnexport, nfsdClientAdd, nfsdClientRemove, nfsdList                                                                      rawFunc
 	nvmeConnect, nvmeDisconnect, nvmeRescan, nvmeHostNqn                                                                                     rawFunc
 	nvmetNamespaceCreate, nvmetNamespaceDelete, nvmetNamespaceResize, nvmetHostAllow, nvmetHostDeny                                          rawFunc
 )

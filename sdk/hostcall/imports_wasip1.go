@@ -328,6 +328,84 @@ func netInterfaces(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLim
 	return netInterfacesImport(req, reqLen, out, outLimit)
 }
 
+//go:wasmimport wasmcsi nfs_mount
+func nfsMountImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nfsMount(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nfsMountImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nfs_unmount
+func nfsUnmountImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nfsUnmount(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nfsUnmountImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nfs_stat
+func nfsStatImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nfsStat(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nfsStatImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nfs_dir_create
+func nfsDirCreateImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nfsDirCreate(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nfsDirCreateImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nfs_dir_remove
+func nfsDirRemoveImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nfsDirRemove(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nfsDirRemoveImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nfs_dir_rename
+func nfsDirRenameImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nfsDirRename(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nfsDirRenameImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nfs_dir_copy
+func nfsDirCopyImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nfsDirCopy(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nfsDirCopyImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nfs_dir_usage
+func nfsDirUsageImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nfsDirUsage(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nfsDirUsageImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nfsd_export
+func nfsdExportImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nfsdExport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nfsdExportImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nfsd_unexport
+func nfsdUnexportImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nfsdUnexport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nfsdUnexportImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nfsd_client_add
+func nfsdClientAddImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nfsdClientAdd(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nfsdClientAddImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nfsd_client_remove
+func nfsdClientRemoveImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nfsdClientRemove(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nfsdClientRemoveImport(req, reqLen, out, outLimit)
+}
+
+//go:wasmimport wasmcsi nfsd_list
+func nfsdListImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
+func nfsdList(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {
+	return nfsdListImport(req, reqLen, out, outLimit)
+}
+
 //go:wasmimport wasmcsi nvme_connect
 func nvmeConnectImport(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64
 func nvmeConnect(req unsafe.Pointer, reqLen uint32, out unsafe.Pointer, outLimit uint32) uint64 {

@@ -61,6 +61,12 @@ type Options struct {
 	Modules []Module
 	// LogFormat is the daemon's log_format: text (the default) or json.
 	LogFormat string
+	// Role is the daemon's role (default all); NodeID its node_id
+	// (default test-node).
+	Role, NodeID string
+	// Wrap, when set, runs the daemon through this command prefix (a
+	// network namespace of its own: nsenter ...); it must exec the daemon.
+	Wrap []string
 }
 
 // Daemon is one wasmcsi process after another on the same configuration,
@@ -78,6 +84,9 @@ type Daemon struct {
 	bin       string
 	config    string
 	logFormat string
+	role      string
+	nodeID    string
+	wrap      []string
 	cmd       *exec.Cmd
 	exited    chan struct{}
 	starts    int
@@ -187,6 +196,13 @@ func New(t testing.TB, o Options) *Daemon {
 	d := &Daemon{
 		Dir: dir, Socket: filepath.Join(dir, "csi.sock"), State: filepath.Join(dir, "state"),
 		Modules: o.Modules, bin: bin, config: filepath.Join(dir, "config.yaml"), logFormat: o.LogFormat,
+		role: o.Role, nodeID: o.NodeID, wrap: o.Wrap,
+	}
+	if d.role == "" {
+		d.role = "all"
+	}
+	if d.nodeID == "" {
+		d.nodeID = "test-node"
 	}
 	if d.logFormat == "" {
 		d.logFormat = "text"
@@ -229,8 +245,8 @@ func (d *Daemon) Pool(module string) string { return filepath.Join(d.Dir, "pools
 // compiles nothing after the first.
 func (d *Daemon) writeConfig() error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "endpoint: unix://%s\nnode_id: test-node\nrole: all\nstate_dir: %s\nmodule_dir: %s\ncache_dir: %s\n",
-		d.Socket, d.State, filepath.Join(d.Dir, "modules"), filepath.Join(os.TempDir(), "wasmcsi-test-cache"))
+	fmt.Fprintf(&b, "endpoint: unix://%s\nnode_id: %s\nrole: %s\nstate_dir: %s\nmodule_dir: %s\ncache_dir: %s\n",
+		d.Socket, d.nodeID, d.role, d.State, filepath.Join(d.Dir, "modules"), filepath.Join(os.TempDir(), "wasmcsi-test-cache"))
 	fmt.Fprintf(&b, "watch_modules: false\nlog_level: info\nlog_format: %s\n", d.logFormat)
 	fmt.Fprintf(&b, "reconcile:\n  clean: %t\n", d.Clean)
 	if len(d.Modules) > 0 {
@@ -291,7 +307,8 @@ func (d *Daemon) Spawn() error {
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(d.bin, "serve", "--config", d.config)
+	argv := append(slices.Clone(d.wrap), d.bin, "serve", "--config", d.config)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = childEnv()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// A process group of its own: Kill can take the daemon's children
