@@ -41,6 +41,13 @@ func wrapperCases() []wrapperCase {
 	lvCreate := &abi.LvmCreateRequest{VG: "vg0", Name: "v-a", SizeBytes: 1 << 30, ThinPool: "thin", Tags: []string{"k=v"}}
 	lvReq := &abi.LvmLvRequest{VG: "vg0", Name: "v-a"}
 	lv := &abi.LvmLv{VG: "vg0", Name: "v-a", SizeBytes: 1 << 30, ThinPool: "thin", Active: true, Path: "/dev/mapper/vg0-v--a", Major: 253, Minor: 3}
+	nfsMountReq := &abi.NfsMountRequest{Server: "192.0.2.7", Export: "/srv/v1", Target: "/mnt/v1", Version: "4.2", Options: []string{"soft"}, TimeoutMillis: 5000}
+	nfsMount := &abi.NfsMount{Server: "192.0.2.7", Export: "/srv/v1", Target: "/mnt/v1", Version: "4.2", Reachable: true, TotalBytes: 1 << 30}
+	nfsTarget := &abi.NfsTargetRequest{Target: "/mnt/v1", TimeoutMillis: 5000}
+	nfsDir := &abi.NfsDirRequest{Target: "/mnt/share", Name: "v1", NewName: "v1.archived", TimeoutMillis: 5000}
+	nfsdClient := &abi.NfsdClientRequest{Path: "/pool/v1", Client: abi.NfsdClient{Address: "192.0.2.8"}}
+	nfsdExportReq := &abi.NfsdExportRequest{Path: "/pool/v1", Clients: []abi.NfsdClient{{Address: "192.0.2.8"}}}
+	nfsdExport := &abi.NfsdExport{Path: "/pool/v1", Clients: []abi.NfsdClient{{Address: "192.0.2.8"}}, Active: true}
 	nvmeNS := &abi.NvmeNamespace{Address: "192.0.2.5:4420", Subsystem: "nqn.2024-01.dev.wasmcsi:v1", UUID: "0b5e3c8a-3f7e-4c1e-9d2a-6f4b8e1a2c3d"}
 	nvmetCreate := &abi.NvmetNamespaceCreateRequest{Subsystem: "nqn.2024-01.dev.wasmcsi:v1", NSID: 1, Path: "/pool/v.img",
 		UUID: "0b5e3c8a-3f7e-4c1e-9d2a-6f4b8e1a2c3d", Ports: []string{"0.0.0.0:4420"}}
@@ -192,6 +199,22 @@ func wrapperCases() []wrapperCase {
 			func() (any, error) { return val(hostcall.NvmetNamespaceResize(nvmetNS)) }, &abi.NvmetNamespaceResizeResponse{SizeBytes: 2 << 30}},
 		{abi.HostCallNvmetHostAllow, nvmetHost, nil, func() (any, error) { return ret(hostcall.NvmetHostAllow(nvmetHost)) }, nil},
 		{abi.HostCallNvmetHostDeny, nvmetHost, nil, func() (any, error) { return ret(hostcall.NvmetHostDeny(nvmetHost)) }, nil},
+		{abi.HostCallNfsMount, nfsMountReq, nfsMount, func() (any, error) { return val(hostcall.NfsMount(nfsMountReq)) }, nfsMount},
+		{abi.HostCallNfsUnmount, nfsTarget, nil, func() (any, error) { return ret(hostcall.NfsUnmount(nfsTarget)) }, nil},
+		{abi.HostCallNfsStat, nfsTarget, nfsMount, func() (any, error) { return val(hostcall.NfsStat(nfsTarget)) }, nfsMount},
+		{abi.HostCallNfsDirCreate, nfsDir, nil, func() (any, error) { return ret(hostcall.NfsDirCreate(nfsDir)) }, nil},
+		{abi.HostCallNfsDirRemove, nfsDir, nil, func() (any, error) { return ret(hostcall.NfsDirRemove(nfsDir)) }, nil},
+		{abi.HostCallNfsDirRename, nfsDir, nil, func() (any, error) { return ret(hostcall.NfsDirRename(nfsDir)) }, nil},
+		{abi.HostCallNfsDirCopy, nfsDir, nil, func() (any, error) { return ret(hostcall.NfsDirCopy(nfsDir)) }, nil},
+		{abi.HostCallNfsDirUsage, nfsDir, &abi.NfsDirUsage{Exists: true, UsedBytes: 4096, UsedInodes: 2},
+			func() (any, error) { return val(hostcall.NfsDirUsage(nfsDir)) }, &abi.NfsDirUsage{Exists: true, UsedBytes: 4096, UsedInodes: 2}},
+		{abi.HostCallNfsdExport, nfsdExportReq, nfsdExport, func() (any, error) { return val(hostcall.NfsdExport(nfsdExportReq)) }, nfsdExport},
+		{abi.HostCallNfsdUnexport, &abi.NfsdRequest{Path: "/pool/v1"}, nil, func() (any, error) { return ret(hostcall.NfsdUnexport("/pool/v1")) }, nil},
+		{abi.HostCallNfsdClientAdd, nfsdClient, nfsdExport, func() (any, error) { return val(hostcall.NfsdClientAdd(nfsdClient)) }, nfsdExport},
+		{abi.HostCallNfsdClientRemove, nfsdClient, nfsdExport, func() (any, error) { return val(hostcall.NfsdClientRemove(nfsdClient)) }, nfsdExport},
+		{abi.HostCallNfsdList, &abi.NfsdListRequest{Root: "/pool"}, &abi.NfsdExports{Exports: []abi.NfsdExport{*nfsdExport}, Running: true},
+			func() (any, error) { return val(hostcall.NfsdList(&abi.NfsdListRequest{Root: "/pool"})) },
+			&abi.NfsdExports{Exports: []abi.NfsdExport{*nfsdExport}, Running: true}},
 
 		{abi.HostCallNetRouteTo, &abi.NetRouteToRequest{IP: "192.0.2.5"}, &abi.NetRoute{Interface: "eth0", Src: "192.0.2.1"},
 			func() (any, error) { return val(hostcall.NetRouteTo(&abi.NetRouteToRequest{IP: "192.0.2.5"})) },
