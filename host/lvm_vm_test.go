@@ -217,7 +217,7 @@ func TestLvmVolumes(t *testing.T) {
 
 	// A restart: start-up reconciliation (cleaning) finds every LV of the
 	// daemon explained and leaves the operator's alone.
-	d.cfg.Reconcile.Clean = true
+	d.cfg.Reconcile.Clean, d.cfg.Reconcile.CleanStorage = true, true
 	d.restart(t)
 	ctl, node = d.controller(), d.node()
 	fx.CheckOperator(t)

@@ -17,11 +17,15 @@ import (
 // marked deletions are finished (replay.go), and looks every item up by
 // key: a volume or snapshot record under any of the IDs this daemon gives
 // it, or, for a volume, a logged create of its name that start-up could
-// not finish. What nothing explains is reported, and with reconcile.clean
-// deleted through the module. A recorded item is never deleted, and the
-// module lists only its own storage (the lvm family shows it no LV
-// without its tag). The cost is one module call and a key lookup per item
-// of the backends that have list_owned.
+// not finish. What nothing explains is reported, and with
+// reconcile.clean_storage (a switch of its own: deleting storage is not
+// releasing a mount) deleted through the module, unless a record of any
+// backend or node names the same local ID: two modules granted one
+// volume group, a renamed module or a changed node ID leave records under
+// other IDs, and those items are reported, never deleted. The module lists
+// only its own storage (the lvm family shows it no LV without its tag).
+// The cost is one module call and a key lookup per item of the backends
+// that have list_owned, and with clean_storage one pass over the records.
 
 // sweepOwned runs the check for every loaded backend with list_owned.
 func (s *Server) sweepOwned(ctx context.Context) []Finding {
@@ -66,7 +70,8 @@ func (s *Server) sweepBackend(ctx context.Context, b *backend) ([]Finding, error
 			pending[in.Key] = true
 		}
 	}
-	clean := s.cfg.Reconcile.Clean
+	clean := s.cfg.Reconcile.CleanStorage
+	var elsewhere map[string]bool // local IDs any record names, for clean
 	var out []Finding
 	for _, it := range resp.Items {
 		recorded, err := s.recorded(b.name, &it)
@@ -86,7 +91,14 @@ func (s *Server) sweepBackend(ctx context.Context, b *backend) ([]Finding, error
 		}
 		f := Finding{Kind: kind, Path: b.name + idSeparator + it.LocalID,
 			Detail: "the module's storage holds a " + what + " no record names (CO name " + quoteName(it.Name) + ")"}
-		if clean {
+		if clean && elsewhere == nil {
+			if elsewhere, err = s.recordedLocalIDs(); err != nil {
+				return out, err
+			}
+		}
+		if clean && elsewhere[it.LocalID] {
+			f.Detail += "; kept: a record of another backend or node names the same local ID"
+		} else if clean {
 			var err error
 			if it.Snapshot {
 				err = b.call(ctx, abi.OpDeleteSnapshot, &abi.DeleteSnapshotRequest{Snapshot: abi.SnapshotRef{LocalID: it.LocalID, Context: it.Context, SizeBytes: it.SizeBytes}}, &abi.Empty{})
@@ -128,6 +140,41 @@ func (s *Server) recorded(backend string, it *abi.OwnedItem) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// recordedLocalIDs returns the local ID of every volume and snapshot
+// record, whatever its backend and node tag.
+func (s *Server) recordedLocalIDs() (map[string]bool, error) {
+	ids := map[string]bool{}
+	for tok := ""; ; {
+		vols, next, err := s.store.ListVolumes(tok, 1024)
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range vols {
+			if _, _, local, ok := splitID(v.ID); ok {
+				ids[local] = true
+			}
+		}
+		if tok = next; tok == "" {
+			break
+		}
+	}
+	for tok := ""; ; {
+		snaps, next, err := s.store.ListSnapshots(state.SnapshotFilter{}, tok, 1024)
+		if err != nil {
+			return nil, err
+		}
+		for _, sn := range snaps {
+			if _, _, local, ok := splitID(sn.ID); ok {
+				ids[local] = true
+			}
+		}
+		if tok = next; tok == "" {
+			break
+		}
+	}
+	return ids, nil
 }
 
 func quoteName(n string) string {

@@ -18,7 +18,9 @@ import (
 // on a fake volume group, where a crash left a tagged LV of a volume and
 // one of a snapshot that no record names (a CreateSnapshot cut off before
 // its record, a create answered with an error after lvcreate). Without
-// reconcile.clean they are reported and kept; with it they are removed,
+// reconcile.clean_storage they are reported and kept (reconcile.clean,
+// which releases mounts and attachments, deletes no storage); with it they
+// are removed,
 // while every recorded volume and snapshot and the operator's untagged LV
 // stay, and the daemon serves its volumes as before.
 func TestStartupRemovesUnrecordedStorage(t *testing.T) {
@@ -67,9 +69,14 @@ func TestStartupRemovesUnrecordedStorage(t *testing.T) {
 
 	d.restart(t) // clean off: reported, kept
 	if _, ok := f.LVs["v-pvc-lost-0123456789abcdef"]; !ok {
-		t.Errorf("without reconcile.clean an unrecorded LV was removed: %s", lvs())
+		t.Errorf("without reconcile.clean_storage an unrecorded LV was removed: %s", lvs())
 	}
 	d.cfg.Reconcile.Clean = true
+	d.restart(t) // mounts and attachments only
+	if _, ok := f.LVs["v-pvc-lost-0123456789abcdef"]; !ok {
+		t.Errorf("reconcile.clean alone removed an unrecorded LV: %s", lvs())
+	}
+	d.cfg.Reconcile.CleanStorage = true
 	d.restart(t)
 	for _, n := range []string{"v-pvc-lost-0123456789abcdef", "s-snapshot-lost-0123456789abcdef"} {
 		if _, ok := f.LVs[n]; ok {

@@ -70,9 +70,11 @@ type Limits struct {
 }
 
 // Reconcile says what to do at start-up with attachments and mounts that no
-// record explains.
+// record explains (Clean), and with module storage no record explains
+// (CleanStorage: a module's list_owned, e.g. LVM volumes).
 type Reconcile struct {
-	Clean bool `koanf:"clean"`
+	Clean        bool `koanf:"clean"`
+	CleanStorage bool `koanf:"clean_storage"`
 }
 
 // NodePaths confines the staging and target paths the CO names.
