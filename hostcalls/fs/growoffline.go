@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,6 +34,12 @@ func GrowOffline(ctx context.Context, device, marker string) error {
 	if err := os.MkdirAll(filepath.Dir(marker), 0o700); err != nil {
 		return fmt.Errorf("grow ext4 %s offline: %w", device, err)
 	}
+	// The repair and the resize are not cut off by the call's deadline: a
+	// resize killed half-way is what the marker is for, and a repair cut
+	// off on a large filesystem would never finish on any retry. They get
+	// a bound of their own instead.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resizeTimeout)
+	defer cancel()
 	if _, err := os.Stat(marker); err == nil {
 		if err := repair(ctx, device); err != nil {
 			return fmt.Errorf("grow ext4 %s offline: repair after a resize that was cut off: %w", device, err)
@@ -50,6 +57,23 @@ func GrowOffline(ctx context.Context, device, marker string) error {
 		return fmt.Errorf("grow ext4 %s offline: %w", device, err)
 	}
 	return nil
+}
+
+// resizeTimeout bounds an offline repair and resize.
+const resizeTimeout = 30 * time.Minute
+
+// ClearResizeMark removes the marker of a resize that finished before its
+// marker could go (a kill just after resize2fs): the filesystem is whole
+// if preen passes. GrowOffline's caller calls it when the filesystem
+// needs no growing, so that a later grow does not repair what is fine.
+func ClearResizeMark(ctx context.Context, device, marker string) error {
+	if _, err := os.Stat(marker); err != nil {
+		return nil
+	}
+	if err := preen(ctx, device); err != nil {
+		return fmt.Errorf("check ext4 %s after a resize: %w", device, err)
+	}
+	return removeDurably(marker)
 }
 
 // repair runs the forced check that fixes whatever it finds (exit status

@@ -45,8 +45,14 @@ func (n *Node) growOffline(ctx context.Context, dev, target string) error {
 	if n.resizeDir == "" {
 		return fs.Grow(ctx, dev, "", fs.Ext4)
 	}
+	return fs.GrowOffline(ctx, dev, n.resizeMarker(target))
+}
+
+// resizeMarker is the marker file of an offline resize of the volume to be
+// mounted at target.
+func (n *Node) resizeMarker(target string) string {
 	sum := sha256.Sum256([]byte(target))
-	return fs.GrowOffline(ctx, dev, filepath.Join(n.resizeDir, hex.EncodeToString(sum[:16])+".resizing"))
+	return filepath.Join(n.resizeDir, hex.EncodeToString(sum[:16])+".resizing")
 }
 
 // New returns the seam; owners are the families that answer for the

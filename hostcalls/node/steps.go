@@ -93,6 +93,13 @@ func (n *Node) FormatAndMount(ctx context.Context, dev, target, fstype string, f
 func (n *Node) growToDevice(ctx context.Context, in *fs.Inspection, dev, target, fstype string) (mounted bool, err error) {
 	size := in.Size
 	if !in.SizeOK || size.Type != fstype || !size.Growable() {
+		if n.resizeDir != "" && fstype == fs.Ext4 && fileExists(n.resizeMarker(target)) {
+			// A resize that finished just before a kill left its marker.
+			in.Close()
+			if err := fs.ClearResizeMark(ctx, dev, n.resizeMarker(target)); err != nil {
+				return false, err
+			}
+		}
 		return false, nil
 	}
 	n.log.Info("growing filesystem to its device", "device", dev, "fstype", fstype, "bytes", size.Bytes, "device_bytes", size.DeviceBytes)
@@ -256,4 +263,9 @@ func (n *Node) Usage(path string) (Usage, error) {
 // is not mounted), to its device.
 func (n *Node) GrowFS(ctx context.Context, dev, mountPath, fstype string) error {
 	return fs.Grow(ctx, dev, mountPath, fstype)
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
