@@ -387,6 +387,8 @@ func detach(ctx context.Context, dev string, grant func(Device) error) error {
 	switch {
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENXIO):
 		return nil
+	case errors.Is(err, unix.EBUSY) && ctx.Err() != nil:
+		return fmt.Errorf("detach %s: device still in use when the call ended: %w", dev, ctx.Err())
 	case errors.Is(err, unix.EBUSY):
 		// Granted above (a device held exclusively stays bound as it was).
 		return fmt.Errorf("detach %s: %w", dev, abi.Errorf(abi.FailedPrecondition, "device is in use (mounted or held)"))
