@@ -53,7 +53,7 @@ func BindingsWith(run Runner) []hostcalls.Func {
 			if err := parseGrants(env.Roots).lvAllowed(req.VG, req.ThinPool); err != nil {
 				return nil, err
 			}
-			lv, err := m.Create(ctx, req)
+			lv, err := m.create(ctx, req, parseGrants(env.Roots).lvAllowed)
 			if err == nil && !lv.Existed && env.Log != nil {
 				env.Log.Info("lvm LV created", "vg", req.VG, "lv", req.Name, "pool", req.ThinPool, "bytes", lv.SizeBytes)
 			}
@@ -93,7 +93,7 @@ func BindingsWith(run Runner) []hostcalls.Func {
 			if _, err := lvOf(ctx, m, env, req.VG, req.Origin); err != nil {
 				return nil, err
 			}
-			lv, err := m.Snapshot(ctx, req)
+			lv, err := m.snapshot(ctx, req, parseGrants(env.Roots).lvAllowed)
 			return &lv, err
 		}),
 		hostcalls.Typed(Family, abi.HostCallLvmLvActivate, func(ctx context.Context, env *hostcalls.Env, req *abi.LvmLvRequest) (*abi.LvmLv, error) {

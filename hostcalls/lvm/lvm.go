@@ -117,6 +117,10 @@ func Classify(cmd, msg string) error {
 		code = abi.ResourceExhausted
 	case containsAny(lower, "already exists"):
 		code = abi.AlreadyExists
+	case containsAny(lower, "volume group") && containsAny(lower, "not found", "cannot process volume group"):
+		// The VG itself is missing (its PVs not up yet at boot, say):
+		// nothing can be said of its LVs, least of all that one is gone.
+		code = abi.FailedPrecondition
 	case containsAny(lower, "not found", "failed to find logical volume", "failed to find"):
 		code = abi.NotFound
 	case containsAny(lower, "in use", "open logical volume", "is used by another device", "contains a filesystem in use"):

@@ -121,10 +121,23 @@ func tagArgs(tags []string) []string {
 
 // Create makes the LV req describes (see abi.LvmCreateRequest).
 func (m Manager) Create(ctx context.Context, req *abi.LvmCreateRequest) (abi.LvmLv, error) {
+	return m.create(ctx, req, nil)
+}
+
+// create is Create; an LV of that name found already must also pass
+// allowed (the caller's grants; nil: any) and be in the pool asked for,
+// or it is ALREADY_EXISTS and left as it is.
+func (m Manager) create(ctx context.Context, req *abi.LvmCreateRequest, allowed func(vg, pool string) error) (abi.LvmLv, error) {
+	same := func(lv lvRow) error {
+		if lv.Pool != req.ThinPool {
+			return abi.Errorf(abi.AlreadyExists, "lvm: %s/%s exists in pool %q, not %q: left alone", lv.VG, lv.Name, lv.Pool, req.ThinPool)
+		}
+		return checkAllowed(allowed, lv)
+	}
 	if lv, ok, err := m.lookup(ctx, req.VG, req.Name); err != nil {
 		return abi.LvmLv{}, err
 	} else if ok {
-		return m.existing(ctx, lv, req.Activate)
+		return m.existing(ctx, lv, req.Activate, same)
 	}
 	args := []string{"lvcreate", "--yes", "-n", req.Name}
 	if req.ThinPool != "" {
@@ -170,7 +183,7 @@ func (m Manager) Create(ctx context.Context, req *abi.LvmCreateRequest) (abi.Lvm
 		if abi.CodeOf(err) == abi.AlreadyExists {
 			// A concurrent create of the same name won.
 			if lv, ok, lerr := m.lookup(ctx, req.VG, req.Name); lerr == nil && ok {
-				return m.existing(ctx, lv, req.Activate)
+				return m.existing(ctx, lv, req.Activate, same)
 			}
 		}
 		return abi.LvmLv{}, err
@@ -183,11 +196,22 @@ func (m Manager) Create(ctx context.Context, req *abi.LvmCreateRequest) (abi.Lvm
 }
 
 // existing answers an LV a create or snapshot found already there.
-func (m Manager) existing(ctx context.Context, lv lvRow, activate bool) (abi.LvmLv, error) {
+func (m Manager) existing(ctx context.Context, lv lvRow, activate bool, same func(lvRow) error) (abi.LvmLv, error) {
 	if !lv.owned() {
 		return abi.LvmLv{}, abi.Errorf(abi.AlreadyExists, "lvm: %s/%s exists and is not wasmcsi's (no tag %s): left alone", lv.VG, lv.Name, abi.LvmOwnerTag)
 	}
+	if err := same(lv); err != nil {
+		return abi.LvmLv{}, err
+	}
 	return m.settle(ctx, lv, activate, true)
+}
+
+// checkAllowed asks allowed (nil: anything goes) about lv's VG and pool.
+func checkAllowed(allowed func(vg, pool string) error, lv lvRow) error {
+	if allowed == nil {
+		return nil
+	}
+	return allowed(lv.VG, lv.Pool)
 }
 
 // settle leaves a tagged LV active or not as asked and answers it.
@@ -324,10 +348,24 @@ func (m Manager) extendRow(ctx context.Context, lv lvRow, size int64) (abi.LvmLv
 // Snapshot makes req.Name a thin snapshot of req.Origin (see
 // abi.LvmSnapshotRequest).
 func (m Manager) Snapshot(ctx context.Context, req *abi.LvmSnapshotRequest) (abi.LvmLv, error) {
+	return m.snapshot(ctx, req, nil)
+}
+
+// snapshot is Snapshot; an LV of that name found already must also pass
+// allowed (nil: any), be a thin LV and, while its origin lives, a
+// snapshot of the origin asked for, or it is ALREADY_EXISTS and left as
+// it is.
+func (m Manager) snapshot(ctx context.Context, req *abi.LvmSnapshotRequest, allowed func(vg, pool string) error) (abi.LvmLv, error) {
+	same := func(lv lvRow) error {
+		if lv.Pool == "" || lv.Origin != "" && lv.Origin != req.Origin {
+			return abi.Errorf(abi.AlreadyExists, "lvm: %s/%s exists and is no thin snapshot of %s: left alone", lv.VG, lv.Name, req.Origin)
+		}
+		return checkAllowed(allowed, lv)
+	}
 	if lv, ok, err := m.lookup(ctx, req.VG, req.Name); err != nil {
 		return abi.LvmLv{}, err
 	} else if ok {
-		out, err := m.existing(ctx, lv, req.Activate && req.Writable)
+		out, err := m.existing(ctx, lv, req.Activate && req.Writable, same)
 		if err != nil || req.SizeBytes <= out.SizeBytes {
 			return out, err
 		}
@@ -358,7 +396,7 @@ func (m Manager) Snapshot(ctx context.Context, req *abi.LvmSnapshotRequest) (abi
 	if _, err := m.Run.Run(ctx, args...); err != nil {
 		if abi.CodeOf(err) == abi.AlreadyExists {
 			if lv, ok, lerr := m.lookup(ctx, req.VG, req.Name); lerr == nil && ok {
-				return m.existing(ctx, lv, req.Activate && req.Writable)
+				return m.existing(ctx, lv, req.Activate && req.Writable, same)
 			}
 		}
 		return abi.LvmLv{}, err

@@ -11,7 +11,7 @@ func TestClassify(t *testing.T) {
 		`  Volume group "vg0" has insufficient free space (3 extents): 25 required.`:           abi.ResourceExhausted,
 		`  Cannot create new thin volume, free space in thin pool vg0/pool reached threshold.`: abi.ResourceExhausted,
 		`  Failed to find logical volume "vg0/x"`:                                              abi.NotFound,
-		`  Volume group "vgx" not found` + "\n" + `  Cannot process volume group vgx`:          abi.NotFound,
+		`  Volume group "vgx" not found` + "\n" + `  Cannot process volume group vgx`:          abi.FailedPrecondition,
 		`  Logical Volume "a" already exists in volume group "vg0"`:                            abi.AlreadyExists,
 		`  Logical volume vg0/a contains a filesystem in use.`:                                 abi.FailedPrecondition,
 		`  Logical volume vg0/a in use.`:                                                       abi.FailedPrecondition,
