@@ -189,9 +189,16 @@ func newServer(ctx context.Context, cfg *config.Config, opt Options, log *slog.L
 	if puller != nil {
 		external = puller.Files
 	}
+	externalOnly := map[string]bool{}
+	for name, m := range cfg.Modules {
+		if m.Source != "" {
+			externalOnly[name] = true
+		}
+	}
 	rt, err := modules.New(ctx, modules.Config{
 		Dir:          cfg.ModuleDir,
 		External:     external,
+		ExternalOnly: externalOnly,
 		CacheDir:     cfg.CacheDir,
 		PreferTinyGo: cfg.PreferTinyGo,
 		Pins:         pins,

@@ -61,3 +61,24 @@ func TestExternalFiles(t *testing.T) {
 		t.Errorf("relative path: %v", err)
 	}
 }
+
+// A module whose config names a registry source never loads from a folder
+// file of its name, also while the registry has given no verified version
+// yet: an unsigned file must not stand in for a signed one.
+func TestExternalOnlyIgnoresFolderFile(t *testing.T) {
+	dir := t.TempDir()
+	writeModule(t, dir, "good", fixture(t, "good"))
+	g := newGate()
+	cfg := testConfig(dir, g)
+	cfg.External = func() map[string]string { return map[string]string{} }
+	cfg.ExternalOnly = map[string]bool{"good": true}
+	r, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.open(); _ = r.Close(context.Background()) })
+	r.Load(context.Background())
+	if m, ok := r.Module("good"); ok {
+		t.Fatalf("the folder file %s loaded for a module that comes from a registry", m.File())
+	}
+}

@@ -129,6 +129,10 @@ type Config struct {
 	// checked, loaded and swapped like a folder file; a folder file of the
 	// same name is ignored.
 	External func() map[string]string
+	// ExternalOnly names the modules that come only from External (the
+	// config gives them a registry source): a folder file of such a name
+	// never loads, also while External has no verified file for it yet.
+	ExternalOnly map[string]bool
 	// PreferTinyGo serves "<name>.tinygo.wasm" rather than "<name>.wasm"
 	// when the folder holds both.
 	PreferTinyGo bool
@@ -337,6 +341,10 @@ func (r *Runtime) sync(ctx context.Context) map[string]error {
 	files, ferrs := r.moduleFiles(entries)
 	for k, v := range ferrs {
 		errs[k] = v
+	}
+	for name := range r.cfg.ExternalOnly {
+		delete(files, name) // an unsigned file must not stand in for it
+		delete(errs, name)
 	}
 	if r.cfg.External != nil {
 		for name, path := range r.cfg.External() {

@@ -105,13 +105,16 @@ func bindingsOn(t *Target) []hostcalls.Func {
 func isNameRoot(r string) bool { return strings.HasPrefix(r, "nqn.") }
 
 // grantedSubsystem checks that nqn is valid and lies strictly inside a
-// granted NQN prefix.
+// granted NQN prefix, at a separator (':' or '.').
 func grantedSubsystem(roots []string, nqn string) error {
 	if err := nvme.ValidNQN(nqn); err != nil {
 		return err
 	}
 	for _, r := range roots {
-		if isNameRoot(r) && strings.HasPrefix(nqn, r) && nqn != r {
+		// A root ends at a separator, or the name goes on with one after
+		// it: "nqn…:a" grants "nqn…:a:v1", never "nqn…:ab".
+		if isNameRoot(r) && strings.HasPrefix(nqn, r) && nqn != r &&
+			(strings.HasSuffix(r, ":") || strings.HasSuffix(r, ".") || nqn[len(r)] == ':' || nqn[len(r)] == '.') {
 			return nil
 		}
 	}
