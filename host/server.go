@@ -241,6 +241,19 @@ func (s *Server) Reload(ctx context.Context) {
 
 func (s *Server) reloadModules(ctx context.Context) {
 	refused := s.rt.Reload(ctx) // the runtime logs each refused module with its reason
+	if s.oci != nil {
+		// A registry version the runtime refused goes back to the one
+		// before it, on disk too; one not loaded at all loads it now.
+		again := false
+		for name, err := range refused {
+			if _, loaded := s.rt.Module(name); s.oci.Revert(name, err) && !loaded {
+				again = true
+			}
+		}
+		if again {
+			refused = s.rt.Reload(ctx)
+		}
+	}
 	s.refreshBackends()
 	names := s.backends.Load().names
 	s.metrics.loaded(refused, names)

@@ -45,6 +45,7 @@ const (
 	ReasonDigest   = "digest"   // content or a signature names another digest
 	ReasonGrants   = "grants"   // the module asks for host calls beyond its grant
 	ReasonLayout   = "layout"   // not a wasm artifact this daemon reads
+	ReasonLoad     = "load"     // verified, but the runtime refused to load it
 )
 
 // Source is one module the operator names by OCI reference.
@@ -103,6 +104,9 @@ type source struct {
 	ref   Ref
 	keyID string
 	cur   *record // serving
+	// prev is the version cur replaced, kept until the runtime has
+	// loaded cur (Revert takes it back when it could not).
+	prev *record
 	// refused is the manifest digest and reason last refused: a version
 	// refused again for the same reason is logged at debug level and not
 	// counted again, unless a Sync is forced.
@@ -302,6 +306,9 @@ func (p *Puller) sync(ctx context.Context, s *source, force bool) bool {
 	if s.cur != nil && s.cur.Manifest == desc.Digest.String() {
 		return false
 	}
+	if desc.Digest == s.refused && s.refusedReason == ReasonLoad && !force {
+		return false // the runtime refused it; a forced Sync (SIGHUP) tries again
+	}
 	// A refused version is checked again each time: a signature may come
 	// later.
 	rec, data, err := p.verify(ctx, repo, s, desc)
@@ -326,9 +333,43 @@ func (p *Puller) sync(ctx context.Context, s *source, force bool) bool {
 		p.log.Error("cannot cache module version; previous version keeps serving", "module", s.Name, "err", err, "serving", serving)
 		return false
 	}
-	s.cur, s.refused, s.refusedReason = rec, "", ""
+	s.prev, s.cur, s.refused, s.refusedReason = s.cur, rec, "", ""
 	p.log.Info("module version verified", "module", s.Name, "ref", s.Ref, "manifest", rec.Manifest, "digest", rec.Layer, "key", s.keyID)
 	return true
+}
+
+// Revert takes back the version of module name that the last Sync took
+// up, when the runtime refused to load it (a compile or ABI error, a
+// failed warm-up): the previous verified version is the cached one
+// again, on disk too, so a restart serves it. It reports whether there
+// was a version to go back to. The refused version is not taken up again
+// until a forced Sync (SIGHUP) or a new version.
+func (p *Puller) Revert(name string, cause error) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.sources {
+		if s.Name != name || s.prev == nil || s.cur == nil {
+			continue
+		}
+		bad := s.cur
+		if p.verifyFailures != nil {
+			p.verifyFailures.WithLabelValues(s.Name, ReasonLoad).Inc()
+		}
+		b, _ := json.MarshalIndent(s.prev, "", "  ")
+		if err := writeFile(p.recordPath(s.Name), b); err != nil {
+			p.log.Error("cannot restore the cached module version", "module", s.Name, "err", err)
+			return false
+		}
+		s.cur, s.prev = s.prev, nil
+		s.refused, s.refusedReason = digest.Digest(bad.Manifest), ReasonLoad
+		p.log.Error("module version refused; previous version keeps serving", "module", s.Name, "ref", s.Ref,
+			"manifest", bad.Manifest, "reason", ReasonLoad, "err", cause, "serving", s.cur.Layer)
+		prev := p.Files()
+		p.publish()
+		p.collect(prev)
+		return true
+	}
+	return false
 }
 
 func (p *Puller) pullFailed(s *source, serving string, err error) {

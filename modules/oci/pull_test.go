@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -422,5 +423,42 @@ func TestTamperedModuleRefused(t *testing.T) {
 	rt := runtimeFor(t, p)
 	if got := serving(t, rt); got != "v1" {
 		t.Fatalf("serving %q, want v1", got)
+	}
+}
+
+// TestRevertAfterLoadRefusal: a signed version the runtime refuses to load
+// gives way to the version before it, on disk too (a restart serves that
+// one), is counted, and is not taken up again until it changes or a
+// forced Sync.
+func TestRevertAfterLoadRefusal(t *testing.T) {
+	r := startRegistry(t)
+	key, pub := newKey(t)
+	ref := r.ref("modules/m:stable")
+	r.push(t, ref, "v1", key)
+	cache := t.TempDir()
+	src := Source{Name: "m", Ref: ref, Key: pub, Grant: []string{"file"}}
+	p := newPuller(t, r, cache, src)
+	p.Sync(context.Background(), false)
+	v1 := p.Files()["m"]
+	r.push(t, ref, "v2", key)
+	if !p.Sync(context.Background(), false) {
+		t.Fatalf("v2 not taken up; log:\n%s", p.log)
+	}
+	if !p.Revert("m", errors.New("compile: invalid module")) {
+		t.Fatal("Revert found no previous version")
+	}
+	if got := p.Files()["m"]; got != v1 {
+		t.Fatalf("after Revert the module file is %s, want v1's %s", got, v1)
+	}
+	if n := p.failures("m", ReasonLoad); n != 1 {
+		t.Errorf("load refusals counted %v, want 1", n)
+	}
+	if p.Sync(context.Background(), false) {
+		t.Error("the refused version was taken up again at the next interval")
+	}
+	// A restart reads the cache: v1.
+	p2 := newPuller(t, r, cache, src)
+	if got := p2.Files()["m"]; got != v1 {
+		t.Fatalf("after a restart the cached module file is %s, want v1's %s", got, v1)
 	}
 }
