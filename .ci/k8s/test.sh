@@ -252,6 +252,15 @@ teardown() {
 }
 trap teardown EXIT
 trap 'exit 130' INT TERM
+# The chart mounts kubelet's folder with Bidirectional propagation (the
+# daemon's stage and publish mounts must reach the host) and the pools with
+# HostToContainer: containerd refuses both ("is not a shared mount") when
+# the folder's mount is private, as / is on hosts without systemd. The run's
+# folder becomes its own shared mount; teardown unmounts it last (it is the
+# shallowest entry of mounts_under).
+if [ "$mode" = pods ]; then
+	mount --bind "$work" "$work" && mount --make-rshared "$work" || { say "FAILED: shared mount of $work"; exit 1; }
+fi
 
 # waitfor SECONDS WHAT CMD...: polls CMD every second until it succeeds.
 waitfor() {
