@@ -64,15 +64,34 @@ timed() {
 	echo "$name $(( $(date +%s) - start ))s" | tee -a "$top/build-times" >&2
 }
 
+# The version the Kubernetes binaries report: upstream's build stamps it
+# with -X, a module build would report v0.0.0-master+$Format:%H$ and the
+# chart's kubeVersion (helm install) would refuse the cluster.
+kver=""
+for vp in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	kver="$kver -X $vp.gitVersion=v$K8S_VERSION -X $vp.gitMajor=${K8S_VERSION%%.*} -X $vp.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2) -X $vp.gitTreeState=clean"
+done
+k8s_stamped="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl e2e.test"
+
+# stamped: the cached Kubernetes binaries report v$K8S_VERSION; those of
+# an earlier build.sh that did not stamp them are removed (rebuilt below,
+# which only links again when the build cache is warm).
+stamped() {
+	[ ! -x "$bin/kube-apiserver" ] || "$bin/kube-apiserver" --version | grep -qx "Kubernetes v$K8S_VERSION" && return 0
+	echo "k8s build: the cached Kubernetes binaries report no version: building them again" >&2
+	for b in $k8s_stamped; do rm -f "$bin/$b"; done
+	return 1
+}
+
 gobuild() { # OUT PKG [go build flags...]
 	local out=$1 pkg=$2
 	shift 2
-	"$GO" build -p 2 -trimpath -ldflags "-s -w" "$@" -o "$bin/$out.tmp" "$pkg"
+	"$GO" build -p 2 -trimpath -ldflags "-s -w ${ldx:-}" "$@" -o "$bin/$out.tmp" "$pkg"
 	mv "$bin/$out.tmp" "$bin/$out"
 }
 
 gotestc() { # OUT PKG
-	"$GO" test -p 2 -c -vet=off -trimpath -ldflags "-s -w" -o "$bin/$1.tmp" "$2"
+	"$GO" test -p 2 -c -vet=off -trimpath -ldflags "-s -w ${ldx:-}" -o "$bin/$1.tmp" "$2"
 	mv "$bin/$1.tmp" "$bin/$1"
 }
 
@@ -90,7 +109,7 @@ tarball() { # REPO: the newest source tarball of REPO in WASMCSI_THIRDPARTY
 	ls "$WASMCSI_THIRDPARTY/$1"-*.tar.gz 2>/dev/null | sort -V | tail -n 1
 }
 
-if have_all; then
+if stamped && have_all; then
 	install_debs
 	echo "$bin"
 	exit 0
@@ -167,11 +186,11 @@ if [ -n "$need_k8s" ]; then
 		"$GO" mod edit -replace "$m=$m@$staging"
 	done
 	timed pause gcc -static -Os -Wall -DVERSION="v$K8S_VERSION" -o "$bin/pause" build/pause/linux/pause.c
-	timed kube-apiserver gobuild kube-apiserver ./cmd/kube-apiserver
-	timed kube-controller-manager gobuild kube-controller-manager ./cmd/kube-controller-manager
-	timed kube-scheduler gobuild kube-scheduler ./cmd/kube-scheduler
-	timed kubelet gobuild kubelet ./cmd/kubelet
-	timed kubectl gobuild kubectl ./cmd/kubectl
+	ldx=$kver timed kube-apiserver gobuild kube-apiserver ./cmd/kube-apiserver
+	ldx=$kver timed kube-controller-manager gobuild kube-controller-manager ./cmd/kube-controller-manager
+	ldx=$kver timed kube-scheduler gobuild kube-scheduler ./cmd/kube-scheduler
+	ldx=$kver timed kubelet gobuild kubelet ./cmd/kubelet
+	ldx=$kver timed kubectl gobuild kubectl ./cmd/kubectl
 	timed ginkgo gobuild ginkgo github.com/onsi/ginkgo/v2/ginkgo
 	# CGO_ENABLED=0: the image has no libc, a dynamic agnhost cannot start.
 	timed agnhost gobuild agnhost ./test/images/agnhost
@@ -179,7 +198,7 @@ if [ -n "$need_k8s" ]; then
 	# the other suites and their dependencies double the build): the other
 	# test-source imports of e2e_test.go are dropped.
 	sed -i -E '/^\s*_ "k8s\.io\/kubernetes\/test\/e2e\/(apimachinery|apps|architecture|auth|autoscaling|cloud|dra|instrumentation|kubectl|lifecycle|lifecycle\/bootstrap|network|node|scheduling|storage\/csimock|windows)"$/d' test/e2e/e2e_test.go
-	timed e2e.test gotestc e2e.test ./test/e2e
+	ldx=$kver timed e2e.test gotestc e2e.test ./test/e2e
 	cd /
 fi
 

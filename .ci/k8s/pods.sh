@@ -103,6 +103,14 @@ EOF
 		kubectl -n "$ns" describe pods | tail -40
 		return 1
 	fi
+	# helm's --wait counts a DaemonSet ready when ready >= desired -
+	# maxUnavailable, which is 0 on one node: wait for the pod itself.
+	if ! waitfor 300 "the plugin pod ready" plugin_ready; then
+		say "FAILED: the plugin pod is not ready"
+		kubectl -n "$ns" get pods -o wide
+		kubectl -n "$ns" describe pods | tail -40
+		return 1
+	fi
 	say "helm install: pods ready in $(($(date +%s) - s)) s"
 	kubectl -n "$ns" get pods -o wide | sed 's/^/  /'
 }

@@ -6,7 +6,7 @@
 # per backend with the driver definitions in .ci/k8s/drivers/.
 #
 # Two modes (WASMCSI_K8S_MODE):
-#   pods (default)  `make image` builds the wasmcsi image and cmd/mkimage
+#   pods            `make image` builds the wasmcsi image and cmd/mkimage
 #                   one image per sidecar binary, tagged as the chart names
 #                   them; they are imported into containerd and
 #                   `helm install` of deploy/helm/wasmcsi runs the daemon and
@@ -16,13 +16,15 @@
 #                   deleted and its container killed, a module hot-reloaded
 #                   in the pod, helm uninstall (WASMCSI_K8S_LIFECYCLE=0 skips
 #                   these).
-#   host            this tree's bin/wasmcsi with the configuration of
+#   host (default)  this tree's bin/wasmcsi with the configuration of
 #                   deploy/kubernetes/configmap.yaml and the sidecars with
 #                   the flags of deploy/kubernetes/daemonset.yaml as host
 #                   processes with an admin kubeconfig. Kept because it needs
 #                   no image (no mmdebstrap, no Debian archive) and runs a
 #                   daemon a debugger or a fresh `make build` can attach to
-#                   between runs; it is not how users install.
+#                   between runs; it is not how users install. The default
+#                   until the pods mode has passed on the project's machines
+#                   (deploy/README.md).
 #
 # Binaries come from build.sh (cached per Kubernetes version). Images are
 # made here without a registry (pause, busybox, agnhost and a busybox
@@ -252,6 +254,15 @@ teardown() {
 }
 trap teardown EXIT
 trap 'exit 130' INT TERM
+# The chart mounts kubelet's folder with Bidirectional propagation (the
+# daemon's stage and publish mounts must reach the host) and the pools with
+# HostToContainer: containerd refuses both ("is not a shared mount") when
+# the folder's mount is private, as / is on hosts without systemd. The run's
+# folder becomes its own shared mount; teardown unmounts it last (it is the
+# shallowest entry of mounts_under).
+if [ "$mode" = pods ]; then
+	mount --bind "$work" "$work" && mount --make-rshared "$work" || { say "FAILED: shared mount of $work"; exit 1; }
+fi
 
 # waitfor SECONDS WHAT CMD...: polls CMD every second until it succeeds.
 waitfor() {
